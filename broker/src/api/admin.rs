@@ -1,0 +1,164 @@
+//! `/v1/admin/…`: runtimes and signing keys, for the administrator only.
+
+use super::extract::{AdminCaller, ApiJson, RequestId};
+use crate::app::AppState;
+use crate::audit::AuditEvent;
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::ids::{new_id, new_secret, secret_hash, RUNTIME_KEY_PREFIX};
+use crate::keys::manage;
+use crate::names::GlobList;
+use crate::store::runtimes::{self, CreateRuntime, RuntimeRecord};
+use crate::store::StoreError;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use secrecy::ExposeSecret;
+use serde_json::{json, Value};
+use tessera_client::types::{CreateRuntimeRequest, CreateRuntimeResponse, RotateKeyResponse};
+
+/// Runtime names: 1-63 of `[a-z0-9._-]`, starting with a letter or digit.
+fn is_runtime_name(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.bytes().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-')
+        })
+}
+
+fn scope(field: &'static str, value: Option<&str>) -> Result<GlobList, ApiError> {
+    GlobList::parse(value.unwrap_or("*")).ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_scope",
+            format!("{field}: comma-separated globs of [A-Za-z0-9._@+:-] and *"),
+        )
+    })
+}
+
+/// `POST /v1/admin/runtimes`
+pub async fn create_runtime(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    RequestId(rid): RequestId,
+    ApiJson(req): ApiJson<CreateRuntimeRequest>,
+) -> Result<(StatusCode, Json<CreateRuntimeResponse>), ApiError> {
+    if !is_runtime_name(&req.name) {
+        return Err(ApiError::bad_request(
+            "invalid_name",
+            "runtime name must be 1-63 of [a-z0-9._-]",
+        ));
+    }
+    let users = scope("users", req.users.as_deref())?;
+    let kinds = scope("task_kinds", req.task_kinds.as_deref())?;
+    let key = new_secret(RUNTIME_KEY_PREFIX);
+    let record = RuntimeRecord {
+        id: new_id(),
+        name: req.name.clone(),
+        users: users.as_text(),
+        task_kinds: kinds.as_text(),
+        created_at: app.clock.now(),
+        disabled_at: None,
+    };
+    let mut audit = AuditEvent::new("runtime.created", "admin", "allow");
+    audit.request_id = Some(rid);
+    audit.detail = Some(format!(
+        "runtime={} users={} task_kinds={}",
+        record.name, record.users, record.task_kinds
+    ));
+    let response = CreateRuntimeResponse {
+        id: record.id.clone(),
+        name: record.name.clone(),
+        key: key.expose_secret().to_owned(),
+        users: record.users.clone(),
+        task_kinds: record.task_kinds.clone(),
+    };
+    match app
+        .store
+        .writer()
+        .submit(CreateRuntime {
+            record,
+            key_hash: secret_hash(&key),
+            audit,
+        })
+        .await
+    {
+        Ok(()) => Ok((StatusCode::CREATED, Json(response))),
+        Err(StoreError::Conflict(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "a runtime with this name already exists",
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `GET /v1/admin/runtimes`
+pub async fn list_runtimes(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+) -> Result<Json<Value>, ApiError> {
+    let list = runtimes::list(&app.store).await?;
+    let items: Vec<Value> = list
+        .into_iter()
+        .map(|r| {
+            json!({
+                "id": r.id, "name": r.name, "users": r.users, "task_kinds": r.task_kinds,
+                "created_at": rfc3339(r.created_at), "disabled_at": r.disabled_at.map(rfc3339),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "runtimes": items })))
+}
+
+/// `POST /v1/admin/keys/rotate`
+pub async fn rotate_key(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    RequestId(rid): RequestId,
+) -> Result<Json<RotateKeyResponse>, ApiError> {
+    let now = app.clock.now();
+    // Every token the old key signed expires within the longest capability ttl.
+    let publish_until = now + app.config.limits.max_capability_ttl.as_secs() as i64 + 60;
+    let mut audit = AuditEvent::new("key.rotated", "admin", "allow");
+    audit.request_id = Some(rid);
+    let (set, retired) = manage::rotate(&app.store, &app.kek, now, publish_until, audit)
+        .await
+        .map_err(|e| match e {
+            manage::KeyStoreError::Store(s) => ApiError::from(s),
+            other => {
+                tracing::error!(error = %other, "key rotation failed");
+                ApiError::internal()
+            }
+        })?;
+    let kid = set.active.kid().to_owned();
+    app.keys.replace(set);
+    Ok(Json(RotateKeyResponse {
+        kid,
+        previous_kid: retired.last().cloned(),
+        previous_published_until: (!retired.is_empty()).then(|| rfc3339(publish_until)),
+    }))
+}
+
+/// `GET /v1/admin/keys`
+pub async fn list_keys(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+) -> Result<Json<Value>, ApiError> {
+    let now = app.clock.now();
+    let rows = crate::store::keys::load_all(&app.store).await?;
+    let items: Vec<Value> = rows
+        .into_iter()
+        .map(|k| {
+            let state = match (k.retired_at, k.publish_until) {
+                (None, _) => "active",
+                (Some(_), Some(u)) if now <= u => "published",
+                _ => "expired",
+            };
+            json!({
+                "kid": k.kid, "state": state, "created_at": rfc3339(k.created_at),
+                "retired_at": k.retired_at.map(rfc3339), "publish_until": k.publish_until.map(rfc3339),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "keys": items })))
+}

@@ -1,0 +1,303 @@
+//! `/v1/capabilities`: a run asks for a capability; Cedar decides; the broker signs.
+//!
+//! Order matters and is the point of this module:
+//! 1. the run token names a run (its ended/expired state is re-checked in step 5);
+//! 2. action and resource are validated against the backend kind's grammar, and
+//!    the action against the schema, before policy sees them;
+//! 3. Cedar decides; a deny or an approval-gated permit is audited and refused
+//!    (the sandbox learns the code, never which policy said no);
+//! 4. the effective ttl/uses/rate are the strictest of the satisfied permits,
+//!    bounded by the server caps and by the run's own expiry;
+//! 5. the capability row, the rate-limit charge and the audit row commit together
+//!    — and only then does the signed token leave the process.
+
+use super::extract::{ApiJson, RequestId, RunCaller, RunOrAdmin};
+use crate::app::AppState;
+use crate::audit::AuditEvent;
+use crate::capability::{CapabilityClaims, CAPABILITY_TYP};
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::grammar::{parse_duration, Rate};
+use crate::ids::{is_id, new_id};
+use crate::keys::jwt;
+use crate::policy::{PolicyDecision, PolicyRequest};
+use crate::resource::{self, MAX_ACTION_LEN};
+use crate::store::capabilities::{
+    CapabilityRecord, IssueCapability, IssueOutcome, RateCharge, RevokeCapability, Revoker,
+};
+use crate::store::runs::{RunRecord, RunState};
+use crate::store::writer::AppendAudit;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use std::time::Duration;
+use tessera_client::types::{CapabilityRequest, CapabilityResponse, RevokeCapabilityResponse};
+
+fn run_inactive(state: RunState) -> ApiError {
+    match state {
+        RunState::Expired => ApiError::forbidden("run_expired", "the run has expired"),
+        _ => ApiError::forbidden("run_ended", "the run has ended"),
+    }
+}
+
+fn rate_charge(bucket: String, rate: &Rate) -> RateCharge {
+    let window_us = i64::try_from(rate.per.as_micros()).unwrap_or(i64::MAX / 4);
+    RateCharge {
+        bucket,
+        interval_us: (window_us / i64::from(rate.count.max(1))).max(1),
+        window_us,
+    }
+}
+
+/// `POST /v1/capabilities`
+pub async fn request(
+    State(app): State<AppState>,
+    RunCaller(run): RunCaller,
+    RequestId(rid): RequestId,
+    ApiJson(req): ApiJson<CapabilityRequest>,
+) -> Result<(StatusCode, Json<CapabilityResponse>), ApiError> {
+    let now = app.clock.now();
+    let state = run.state(now);
+    if state != RunState::Active {
+        return Err(run_inactive(state));
+    }
+    if req.action.is_empty()
+        || req.action.len() > MAX_ACTION_LEN
+        || req.action.chars().any(|c| !c.is_ascii_graphic())
+    {
+        return Err(ApiError::bad_request(
+            "invalid_action",
+            "action must be 1-64 printable ASCII characters",
+        ));
+    }
+    let res = resource::parse(&req.resource, &req.action, &app.config.backends)
+        .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?;
+    let requested_ttl = req
+        .ttl
+        .as_deref()
+        .map(parse_duration)
+        .transpose()
+        .map_err(|e| ApiError::bad_request("invalid_ttl", e.to_string()))?;
+    let policy = app.policy();
+    if !policy.is_known_action(&req.action) {
+        return Err(ApiError::bad_request(
+            "unknown_action",
+            "action is not declared in the policy schema",
+        ));
+    }
+
+    let decision = policy.evaluate(&PolicyRequest {
+        user: &run.user,
+        action: &req.action,
+        backend: res.backend,
+        backend_kind: res.kind,
+        path: res.path,
+        run_id: &run.id,
+        run_labels: &run.labels,
+        task_id: &run.task_id,
+        task_kind: &run.task_kind,
+        task_attributes: &run.task_attributes,
+        runtime: &run.runtime_name,
+        requested_ttl,
+        now_unix: now,
+    });
+    let mut audit = AuditEvent::new("capability.issued", format!("run:{}", run.id), "allow");
+    audit.run_id = Some(run.id.clone());
+    audit.user = Some(run.user.clone());
+    audit.action = Some(req.action.clone());
+    audit.resource = Some(req.resource.clone());
+    audit.request_id = Some(rid);
+
+    let (policies, constraints) = match decision {
+        PolicyDecision::Deny { policies, errors } => {
+            if !errors.is_empty() {
+                tracing::warn!(?errors, "policy evaluation errors");
+            }
+            tracing::info!(?policies, "capability denied by policy");
+            audit.event = "capability.denied";
+            audit.decision = "deny";
+            audit.reason = Some(
+                if policies.is_empty() {
+                    "no_permit"
+                } else {
+                    "forbidden"
+                }
+                .into(),
+            );
+            audit.detail = Some(format!("policies={}", policies.join(",")));
+            app.store.writer().submit(AppendAudit(audit)).await?;
+            app.metrics.capability("denied");
+            return Err(ApiError::forbidden(
+                "capability_denied",
+                "request denied by policy",
+            ));
+        }
+        PolicyDecision::Allow {
+            policies,
+            constraints,
+        } => (policies, constraints),
+    };
+    if let Some(p) = &constraints.approval {
+        audit.event = "capability.denied";
+        audit.decision = "deny";
+        audit.reason = Some("approval_required".into());
+        audit.detail = Some(format!("policy={p}"));
+        app.store.writer().submit(AppendAudit(audit)).await?;
+        app.metrics.capability("approval_required");
+        return Err(ApiError::forbidden(
+            "approval_required",
+            "this capability needs a human approval, which this broker does not offer yet",
+        ));
+    }
+
+    let issued = issue(
+        &app,
+        &run,
+        &req,
+        res.backend,
+        &policies,
+        &constraints,
+        requested_ttl,
+        now,
+        audit,
+    )
+    .await;
+    match &issued {
+        Ok(_) => app.metrics.capability("issued"),
+        Err(e) if e.code == "rate_limited" => app.metrics.capability("rate_limited"),
+        Err(_) => app.metrics.capability("refused"),
+    }
+    issued
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn issue(
+    app: &AppState,
+    run: &RunRecord,
+    req: &CapabilityRequest,
+    backend: &str,
+    policies: &[String],
+    constraints: &crate::policy::Constraints,
+    requested_ttl: Option<Duration>,
+    now: i64,
+    mut audit: AuditEvent,
+) -> Result<(StatusCode, Json<CapabilityResponse>), ApiError> {
+    let limits = &app.config.limits;
+    let mut ttl = constraints
+        .ttl
+        .as_ref()
+        .map(|(d, _)| *d)
+        .unwrap_or(limits.default_capability_ttl)
+        .min(limits.max_capability_ttl);
+    if let Some(asked) = requested_ttl {
+        ttl = ttl.min(asked);
+    }
+    let expires_at = (now + ttl.as_secs() as i64).min(run.expires_at);
+    let uses = constraints
+        .uses
+        .as_ref()
+        .map(|(u, _)| *u)
+        .unwrap_or(limits.default_uses)
+        .min(limits.max_uses);
+    let mut rate = vec![rate_charge(format!("run:{}", run.id), &limits.max_rate)];
+    if let Some((r, policy_id)) = &constraints.rate {
+        rate.push(rate_charge(format!("run:{}:policy:{policy_id}", run.id), r));
+    }
+
+    let keys = app.keys.snapshot();
+    let jti = new_id();
+    let claims = CapabilityClaims {
+        iss: app.config.issuer.clone(),
+        aud: app.config.capability_audience(),
+        sub: run.user.clone(),
+        jti: jti.clone(),
+        iat: now,
+        nbf: now,
+        exp: expires_at,
+        run: run.id.clone(),
+        task: run.task_id.clone(),
+        rt: run.runtime_id.clone(),
+        act: req.action.clone(),
+        res: req.resource.clone(),
+        uses,
+        cnf: None,
+    };
+    let token = jwt::encode(&keys.active, CAPABILITY_TYP, &claims);
+    audit.capability_id = Some(jti.clone());
+    audit.detail = Some(format!(
+        "policies={} ttl={}s uses={} kid={}",
+        policies.join(","),
+        expires_at - now,
+        uses,
+        keys.active.kid()
+    ));
+    let record = CapabilityRecord {
+        id: jti.clone(),
+        run_id: run.id.clone(),
+        kid: keys.active.kid().to_owned(),
+        action: req.action.clone(),
+        resource: req.resource.clone(),
+        backend: backend.to_owned(),
+        policies: policies.join(","),
+        issued_at: now,
+        expires_at,
+        uses,
+    };
+    let outcome = app
+        .store
+        .writer()
+        .submit(IssueCapability {
+            record,
+            rate,
+            audit,
+        })
+        .await?;
+    match outcome {
+        IssueOutcome::Issued => Ok((
+            StatusCode::CREATED,
+            Json(CapabilityResponse {
+                capability_id: jti,
+                token,
+                expires_at: rfc3339(expires_at),
+                uses,
+            }),
+        )),
+        IssueOutcome::RunInactive(state) => Err(run_inactive(state)),
+        IssueOutcome::RateLimited { retry_after_us } => Err(ApiError::rate_limited(
+            (retry_after_us as u64).div_ceil(1_000_000),
+        )),
+    }
+}
+
+/// `POST /v1/capabilities/{id}/revoke`
+pub async fn revoke(
+    State(app): State<AppState>,
+    caller: RunOrAdmin,
+    RequestId(rid): RequestId,
+    Path(id): Path<String>,
+) -> Result<Json<RevokeCapabilityResponse>, ApiError> {
+    if !is_id(&id) {
+        return Err(ApiError::not_found("capability"));
+    }
+    let (by, actor) = match &caller {
+        RunOrAdmin::Run(run) => (Revoker::Run(run.id.clone()), format!("run:{}", run.id)),
+        RunOrAdmin::Admin => (Revoker::Admin, "admin".to_owned()),
+    };
+    let mut audit = AuditEvent::new("capability.revoked", actor, "allow");
+    audit.capability_id = Some(id.clone());
+    audit.request_id = Some(rid);
+    let revoked = app
+        .store
+        .writer()
+        .submit(RevokeCapability {
+            capability_id: id.clone(),
+            by,
+            audit,
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found("capability"))?;
+    Ok(Json(RevokeCapabilityResponse {
+        capability_id: id,
+        revoked,
+    }))
+}

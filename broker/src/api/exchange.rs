@@ -1,0 +1,177 @@
+//! `/v1/exchange`: a capability buys one downstream credential.
+//!
+//! The capability is the credential: its signature, type, issuer, audience and
+//! times are checked first; then the store — not any cache — decides whether it is
+//! revoked, its run ended or expired, or its uses ran out, and takes one use
+//! atomically while recording the lease. A credential minted for an exchange the
+//! store then refuses is revoked at the backend before the refusal is returned.
+
+use super::extract::{ApiJson, RequestId};
+use crate::app::AppState;
+use crate::audit::AuditEvent;
+use crate::backends::Grant;
+use crate::capability::{self, CapabilityClaims, TokenError};
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::ids::new_id;
+use crate::keys::jwt::JwtError;
+use crate::keys::manage;
+use crate::store::capabilities::{ConsumeOutcome, ConsumeUse, LeaseRecord};
+use crate::store::runs::RunState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use tessera_client::types::{ExchangeRequest, ExchangeResponse};
+
+fn token_error(e: TokenError) -> ApiError {
+    match e {
+        TokenError::Expired => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "token_expired",
+            "capability has expired",
+        ),
+        _ => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "capability is not valid",
+        ),
+    }
+}
+
+/// Verifies a capability, reloading keys once if its `kid` is unknown here
+/// (another replica may have rotated).
+pub async fn verify_capability(
+    app: &AppState,
+    token: &str,
+) -> Result<CapabilityClaims, TokenError> {
+    let now = app.clock.now();
+    let aud = app.config.capability_audience();
+    let first = capability::verify(token, &app.keys.snapshot(), &app.config.issuer, &aud, now);
+    if first != Err(TokenError::Jwt(JwtError::UnknownKey)) {
+        return first;
+    }
+    match manage::load(&app.store, &app.kek, now).await {
+        Ok(set) => {
+            app.keys.replace(set);
+            capability::verify(token, &app.keys.snapshot(), &app.config.issuer, &aud, now)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not reload signing keys");
+            first
+        }
+    }
+}
+
+fn refusal(outcome: &ConsumeOutcome) -> ApiError {
+    match outcome {
+        ConsumeOutcome::Unknown => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "capability is not valid",
+        ),
+        ConsumeOutcome::Revoked => {
+            ApiError::forbidden("capability_revoked", "capability has been revoked")
+        }
+        ConsumeOutcome::Expired => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "token_expired",
+            "capability has expired",
+        ),
+        ConsumeOutcome::RunInactive(RunState::Expired) => {
+            ApiError::forbidden("run_expired", "the run has expired")
+        }
+        ConsumeOutcome::RunInactive(_) => ApiError::forbidden("run_ended", "the run has ended"),
+        ConsumeOutcome::Exhausted => {
+            ApiError::forbidden("uses_exhausted", "capability has no uses left")
+        }
+        ConsumeOutcome::Consumed { .. } => ApiError::internal(),
+    }
+}
+
+/// `POST /v1/exchange`
+pub async fn exchange(
+    State(app): State<AppState>,
+    RequestId(rid): RequestId,
+    ApiJson(req): ApiJson<ExchangeRequest>,
+) -> Result<Json<ExchangeResponse>, ApiError> {
+    let claims = match verify_capability(&app, &req.capability).await {
+        Ok(c) => c,
+        Err(e) => {
+            app.metrics.exchange("invalid_token");
+            return Err(token_error(e));
+        }
+    };
+    let Some((backend_name, path)) = claims.res.split_once(':') else {
+        return Err(token_error(TokenError::Jwt(JwtError::Malformed)));
+    };
+    let Some(backend) = app.backends.get(backend_name).cloned() else {
+        app.metrics.exchange("backend_gone");
+        return Err(ApiError::forbidden(
+            "unknown_backend",
+            "the capability's backend is no longer configured",
+        ));
+    };
+    let now = app.clock.now();
+    let lease_id = new_id();
+    let issued = backend
+        .issue(Grant {
+            claims: &claims,
+            lease_id: &lease_id,
+            path,
+            now,
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, backend = backend_name, "backend could not issue");
+            app.metrics.exchange("backend_unavailable");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "backend_unavailable",
+                "the downstream backend is unavailable",
+            )
+        })?;
+    let mut audit = AuditEvent::new("exchange.succeeded", format!("run:{}", claims.run), "allow");
+    audit.run_id = Some(claims.run.clone());
+    audit.capability_id = Some(claims.jti.clone());
+    audit.user = Some(claims.sub.clone());
+    audit.action = Some(claims.act.clone());
+    audit.resource = Some(claims.res.clone());
+    audit.request_id = Some(rid);
+    audit.detail = Some(format!("lease={lease_id} backend={backend_name}"));
+    let lease = LeaseRecord {
+        id: lease_id.clone(),
+        capability_id: claims.jti.clone(),
+        run_id: claims.run.clone(),
+        backend: backend_name.to_owned(),
+        kind: backend.kind().to_owned(),
+        expires_at: issued.expires_at,
+    };
+    let outcome = match app.store.writer().submit(ConsumeUse { lease, audit }).await {
+        Ok(o) => o,
+        Err(e) => {
+            if let Err(re) = backend.revoke(&lease_id).await {
+                tracing::error!(error = %re, lease = %lease_id, "could not revoke an unrecorded lease");
+            }
+            return Err(e.into());
+        }
+    };
+    match outcome {
+        ConsumeOutcome::Consumed { uses_left } => {
+            app.metrics.exchange("ok");
+            Ok(Json(ExchangeResponse {
+                kind: backend.kind().to_owned(),
+                lease_id,
+                expires_at: rfc3339(issued.expires_at),
+                uses_left,
+                fields: issued.fields,
+            }))
+        }
+        refused => {
+            if let Err(re) = backend.revoke(&lease_id).await {
+                tracing::error!(error = %re, lease = %lease_id, "could not revoke a refused lease");
+            }
+            app.metrics.exchange(refused.reason());
+            Err(refusal(&refused))
+        }
+    }
+}

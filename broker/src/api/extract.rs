@@ -1,0 +1,234 @@
+//! Request extractors: JSON bodies with stable error codes, and the three kinds of
+//! bearer caller (runtime, run, admin).
+//!
+//! Every credential arrives as `Authorization: Bearer …`. Its prefix says which
+//! kind it claims to be; its shape is checked before it is hashed, and only the
+//! SHA-256 is looked up. A wrong or unknown credential is a 401 that does not say
+//! which part was wrong.
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::ids::{
+    has_secret_shape, sha256_hex, ADMIN_TOKEN_PREFIX, RUNTIME_KEY_PREFIX, RUN_TOKEN_PREFIX,
+};
+use crate::store::runs::{self, RunRecord};
+use crate::store::runtimes::{self, RuntimeRecord};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+
+/// The request id, set by the request-context middleware.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        Ok(parts
+            .extensions
+            .get::<RequestId>()
+            .cloned()
+            .unwrap_or_else(|| RequestId("req_unknown".to_owned())))
+    }
+}
+
+/// A JSON body: at most the router's body limit, unknown fields rejected (by the
+/// wire types), every failure a 4xx with a stable code.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(json_error(rejection)),
+        }
+    }
+}
+
+fn json_error(rejection: JsonRejection) -> ApiError {
+    match rejection {
+        JsonRejection::JsonDataError(e) => {
+            let mut msg = e.body_text();
+            msg.truncate(200);
+            ApiError::bad_request("invalid_request", msg)
+        }
+        JsonRejection::JsonSyntaxError(_) => {
+            ApiError::bad_request("invalid_json", "request body is not valid JSON")
+        }
+        JsonRejection::MissingJsonContentType(_) => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "expected Content-Type: application/json",
+        ),
+        JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            body_too_large()
+        }
+        other => ApiError::bad_request("invalid_request", other.body_text()),
+    }
+}
+
+pub fn body_too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        "request body exceeds 64 KiB",
+    )
+}
+
+fn bearer(parts: &Parts) -> Result<&str, ApiError> {
+    let value = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer credential"))?;
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::unauthenticated("malformed Authorization header"))?;
+    let token = text
+        .strip_prefix("Bearer ")
+        .ok_or_else(|| ApiError::unauthenticated("Authorization must use the Bearer scheme"))?;
+    Ok(token.trim())
+}
+
+fn invalid_credential() -> ApiError {
+    ApiError::unauthenticated("invalid or unknown credential")
+}
+
+async fn runtime_from(app: &AppState, token: &str) -> Result<Arc<RuntimeRecord>, ApiError> {
+    if !has_secret_shape(token, RUNTIME_KEY_PREFIX) {
+        return Err(invalid_credential());
+    }
+    runtimes::find_by_key_hash(&app.store, &sha256_hex(token.as_bytes()))
+        .await?
+        .map(Arc::new)
+        .ok_or_else(invalid_credential)
+}
+
+fn is_admin(app: &AppState, token: &str) -> bool {
+    let Some(expected) = &app.admin_token_hash else {
+        return false;
+    };
+    has_secret_shape(token, ADMIN_TOKEN_PREFIX)
+        && constant_time_eq(sha256_hex(token.as_bytes()).as_bytes(), expected.as_bytes())
+}
+
+/// Compares two digests without an early exit.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A runtime, authenticated by its API key.
+pub struct RuntimeCaller(pub Arc<RuntimeRecord>);
+
+impl FromRequestParts<AppState> for RuntimeCaller {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let token = bearer(parts)?;
+        Ok(RuntimeCaller(runtime_from(app, token).await?))
+    }
+}
+
+/// The administrator, authenticated by the admin token.
+pub struct AdminCaller;
+
+impl FromRequestParts<AppState> for AdminCaller {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let token = bearer(parts)?;
+        if is_admin(app, token) {
+            Ok(AdminCaller)
+        } else {
+            Err(invalid_credential())
+        }
+    }
+}
+
+/// A tool inside a run, authenticated by the run token.
+pub struct RunCaller(pub Arc<RunRecord>);
+
+async fn run_from(app: &AppState, token: &str) -> Result<Arc<RunRecord>, ApiError> {
+    if !has_secret_shape(token, RUN_TOKEN_PREFIX) {
+        return Err(invalid_credential());
+    }
+    let hash = sha256_hex(token.as_bytes());
+    if let Some(run) = app.runs.get(&hash) {
+        return Ok(run);
+    }
+    let run = Arc::new(
+        runs::find_by_token_hash(&app.store, &hash)
+            .await?
+            .ok_or_else(invalid_credential)?,
+    );
+    app.runs.insert(hash, run.clone());
+    Ok(run)
+}
+
+impl FromRequestParts<AppState> for RunCaller {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let token = bearer(parts)?;
+        Ok(RunCaller(run_from(app, token).await?))
+    }
+}
+
+/// Endpoints open to a runtime (for its own runs) or the administrator.
+pub enum RuntimeOrAdmin {
+    Runtime(Arc<RuntimeRecord>),
+    Admin,
+}
+
+impl RuntimeOrAdmin {
+    /// The runtime a lookup must be restricted to (`None` for the admin).
+    pub fn runtime_id(&self) -> Option<&str> {
+        match self {
+            RuntimeOrAdmin::Runtime(rt) => Some(&rt.id),
+            RuntimeOrAdmin::Admin => None,
+        }
+    }
+
+    pub fn actor(&self) -> String {
+        match self {
+            RuntimeOrAdmin::Runtime(rt) => format!("runtime:{}", rt.name),
+            RuntimeOrAdmin::Admin => "admin".to_owned(),
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for RuntimeOrAdmin {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let token = bearer(parts)?;
+        if token.starts_with(ADMIN_TOKEN_PREFIX) {
+            return if is_admin(app, token) {
+                Ok(RuntimeOrAdmin::Admin)
+            } else {
+                Err(invalid_credential())
+            };
+        }
+        Ok(RuntimeOrAdmin::Runtime(runtime_from(app, token).await?))
+    }
+}
+
+/// Endpoints open to a run (for itself) or the administrator.
+pub enum RunOrAdmin {
+    Run(Arc<RunRecord>),
+    Admin,
+}
+
+impl FromRequestParts<AppState> for RunOrAdmin {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let token = bearer(parts)?;
+        if token.starts_with(ADMIN_TOKEN_PREFIX) {
+            return if is_admin(app, token) {
+                Ok(RunOrAdmin::Admin)
+            } else {
+                Err(invalid_credential())
+            };
+        }
+        Ok(RunOrAdmin::Run(run_from(app, token).await?))
+    }
+}

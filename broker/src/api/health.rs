@@ -1,0 +1,50 @@
+//! Liveness, readiness, metrics, JWKS and the OpenAPI document.
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+
+/// The OpenAPI 3.1 document, kept next to the router it describes; a test checks
+/// that every route is documented.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// `GET /healthz`: the process is up.
+pub async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// `GET /readyz`: the store answers; otherwise 503 so load balancers stop sending.
+pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    if app.store.ping().await {
+        Ok(Json(json!({ "status": "ready" })))
+    } else {
+        Err(ApiError::unavailable())
+    }
+}
+
+/// `GET /metrics`: Prometheus text exposition.
+pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.render(app.store.writer().stats()),
+    )
+}
+
+/// `GET /.well-known/jwks.json`
+pub async fn jwks(State(app): State<AppState>) -> impl IntoResponse {
+    let body = app.keys.snapshot().jwks(app.clock.now());
+    ([(header::CACHE_CONTROL, "public, max-age=60")], Json(body))
+}
+
+/// `GET /v1/openapi.json`
+pub async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+}

@@ -1,0 +1,113 @@
+//! `/v1/introspect`: RFC 7662-style token introspection for runtimes and admins.
+//!
+//! Answers `{"active": false}` — and nothing else — for anything that is not a
+//! live token this caller may see: bad signature, wrong type/issuer/audience,
+//! expired, revoked, run ended or expired, unknown, or another runtime's run.
+//! Liveness is read from the store on every call.
+
+use super::exchange::verify_capability;
+use super::extract::{ApiJson, RuntimeOrAdmin};
+use crate::app::AppState;
+use crate::backends::token::{AccessTokenClaims, ACCESS_TOKEN_TYP};
+use crate::capability::check_times_and_parties;
+use crate::config::BackendConfig;
+use crate::error::ApiError;
+use crate::keys::jwt;
+use crate::store::capabilities::{lease_revoked, status};
+use axum::extract::State;
+use axum::Json;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{json, Value};
+use tessera_client::types::IntrospectRequest;
+
+fn inactive() -> Json<Value> {
+    Json(json!({ "active": false }))
+}
+
+/// The `typ` a token claims, without trusting anything else about it.
+fn claimed_typ(token: &str) -> Option<String> {
+    let header = token.split('.').next()?;
+    let bytes = URL_SAFE_NO_PAD.decode(header).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("typ")?.as_str().map(str::to_owned)
+}
+
+/// `POST /v1/introspect`
+pub async fn introspect(
+    State(app): State<AppState>,
+    caller: RuntimeOrAdmin,
+    ApiJson(req): ApiJson<IntrospectRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let now = app.clock.now();
+    if claimed_typ(&req.token).as_deref() == Some(ACCESS_TOKEN_TYP) {
+        return access_token(&app, &caller, &req.token, now).await;
+    }
+    let Ok(claims) = verify_capability(&app, &req.token).await else {
+        return Ok(inactive());
+    };
+    let Some(st) = status(&app.store, &claims.jti, now).await? else {
+        return Ok(inactive());
+    };
+    let visible = caller.runtime_id().is_none_or(|rt| rt == st.runtime_id);
+    if !visible || st.run_id != claims.run || !st.is_active(now) {
+        return Ok(inactive());
+    }
+    let mut body = serde_json::to_value(&claims).map_err(|_| ApiError::internal())?;
+    if let Value::Object(map) = &mut body {
+        map.insert("active".into(), true.into());
+        map.insert("token_type".into(), "capability".into());
+        map.insert("scope".into(), claims.act.clone().into());
+        map.insert("uses_left".into(), st.uses_left.into());
+    }
+    Ok(Json(body))
+}
+
+async fn access_token(
+    app: &AppState,
+    caller: &RuntimeOrAdmin,
+    token: &str,
+    now: i64,
+) -> Result<Json<Value>, ApiError> {
+    let Ok((claims, _kid)) =
+        jwt::verify::<AccessTokenClaims>(token, ACCESS_TOKEN_TYP, &app.keys.snapshot(), now)
+    else {
+        return Ok(inactive());
+    };
+    let audience_ok = app
+        .config
+        .backends
+        .values()
+        .any(|b| matches!(b, BackendConfig::Token { audience, .. } if *audience == claims.aud));
+    if !audience_ok
+        || check_times_and_parties(
+            &claims.iss,
+            &claims.aud,
+            claims.nbf,
+            claims.exp,
+            &app.config.issuer,
+            &claims.aud,
+            now,
+        )
+        .is_err()
+    {
+        return Ok(inactive());
+    }
+    match lease_revoked(&app.store, &claims.jti).await? {
+        Some(None) => {}
+        _ => return Ok(inactive()),
+    }
+    let Some(st) = status(&app.store, &claims.cap, now).await? else {
+        return Ok(inactive());
+    };
+    let visible = caller.runtime_id().is_none_or(|rt| rt == st.runtime_id);
+    if !visible || !st.is_active(now) {
+        return Ok(inactive());
+    }
+    let mut body = serde_json::to_value(&claims).map_err(|_| ApiError::internal())?;
+    if let Value::Object(map) = &mut body {
+        map.insert("active".into(), true.into());
+        map.insert("token_type".into(), "access_token".into());
+    }
+    Ok(Json(body))
+}

@@ -1,0 +1,85 @@
+//! Request context: request id, error bodies, access log, metrics.
+//!
+//! Every response leaves through here. A handler's [`ApiError`] travels in the
+//! response extensions and is rendered into `{"error": {code, message, request_id}}`
+//! here, because this is where the request id is known. Responses that axum itself
+//! produced (405, 413 from the body limit, …) get the same JSON shape, so a client
+//! never has to parse anything else.
+
+use super::extract::RequestId;
+use crate::app::AppState;
+use crate::error::ApiError;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::time::Instant;
+use tessera_client::types::{ErrorBody, ErrorDetail};
+use tracing::Instrument;
+
+pub async fn request_context(
+    State(app): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let id = format!("req_{}", crate::ids::hex(&crate::ids::random_bytes::<12>()));
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let started = Instant::now();
+    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
+    let mut resp = next.run(req).instrument(span.clone()).await;
+
+    let error = match resp.extensions_mut().remove::<ApiError>() {
+        Some(e) => Some(e),
+        None if resp.status().is_client_error() || resp.status().is_server_error() => {
+            Some(generic_error(resp.status()))
+        }
+        None => None,
+    };
+    if let Some(e) = error {
+        let _enter = span.enter();
+        if e.status.is_server_error() {
+            tracing::error!(status = e.status.as_u16(), code = e.code, "request failed");
+        } else {
+            tracing::info!(status = e.status.as_u16(), code = e.code, "request refused");
+        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: e.code.to_owned(),
+                message: e.message.clone(),
+                request_id: id.clone(),
+            },
+        };
+        let headers = resp.headers().clone();
+        resp = (e.status, axum::Json(body)).into_response();
+        for (name, value) in headers.iter() {
+            if name == axum::http::header::RETRY_AFTER {
+                resp.headers_mut().insert(name, value.clone());
+            }
+        }
+    }
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    app.metrics
+        .http_response(resp.status().as_u16(), started.elapsed().as_secs_f64());
+    resp
+}
+
+fn generic_error(status: StatusCode) -> ApiError {
+    match status {
+        StatusCode::NOT_FOUND => ApiError::not_found("route"),
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::new(
+            status,
+            "method_not_allowed",
+            "method not allowed on this route",
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => super::extract::body_too_large(),
+        s if s.is_server_error() => ApiError::internal(),
+        s => ApiError::new(s, "invalid_request", "request refused"),
+    }
+}
+
+/// Fallback for unknown routes.
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("route")
+}

@@ -1,0 +1,298 @@
+//! `/v1/runs`: runtimes start, inspect and end runs.
+//!
+//! A runtime may start runs only for the users and task kinds its scope allows,
+//! and may only see or end its own runs (another runtime's run is a 404, not a
+//! 403, so run ids cannot be probed). Ending revokes every capability and lease
+//! in the run in the same transaction that marks it ended.
+
+use super::extract::{ApiJson, RequestId, RuntimeCaller, RuntimeOrAdmin};
+use crate::app::AppState;
+use crate::audit::AuditEvent;
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::grammar::parse_duration;
+use crate::ids::{is_id, new_id, new_secret, secret_hash, RUN_TOKEN_PREFIX};
+use crate::names::{self, GlobList};
+use crate::store::capabilities::{leases_for_run, list_for_run};
+use crate::store::runs::{self, CreateRun, EndRun, RunRecord};
+use crate::store::writer::AppendAudit;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use secrecy::ExposeSecret;
+use tessera_client::types::{
+    CapabilitySummary, CreateRunRequest, CreateRunResponse, EndRunResponse, LeaseSummary, RunView,
+    Task,
+};
+
+const MAX_LABELS: usize = 32;
+const MAX_ATTRIBUTES: usize = 32;
+
+fn validate(req: &CreateRunRequest) -> Result<(), ApiError> {
+    if !names::is_user(&req.user) {
+        return Err(ApiError::bad_request(
+            "invalid_user",
+            "user must be 1-128 of [A-Za-z0-9._@+-]",
+        ));
+    }
+    if !names::is_task_id(&req.task.id) {
+        return Err(ApiError::bad_request(
+            "invalid_task",
+            "task.id must be 1-128 of [A-Za-z0-9._:-]",
+        ));
+    }
+    if !names::is_kind_or_label(&req.task.kind) {
+        return Err(ApiError::bad_request(
+            "invalid_task",
+            "task.kind must be 1-64 of [a-z0-9._:-]",
+        ));
+    }
+    if req.task.attributes.len() > MAX_ATTRIBUTES
+        || !req
+            .task
+            .attributes
+            .iter()
+            .all(|(k, v)| names::is_attribute_key(k) && names::is_attribute_value(v))
+    {
+        return Err(ApiError::bad_request(
+            "invalid_task",
+            "task.attributes: at most 32, keys 1-64 of [A-Za-z0-9._-], values at most 256 bytes without control characters",
+        ));
+    }
+    if req.labels.len() > MAX_LABELS || !req.labels.iter().all(|l| names::is_kind_or_label(l)) {
+        return Err(ApiError::bad_request(
+            "invalid_labels",
+            "labels: at most 32, each 1-64 of [a-z0-9._:-]",
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /v1/runs`
+pub async fn create(
+    State(app): State<AppState>,
+    RuntimeCaller(rt): RuntimeCaller,
+    RequestId(rid): RequestId,
+    ApiJson(req): ApiJson<CreateRunRequest>,
+) -> Result<(StatusCode, Json<CreateRunResponse>), ApiError> {
+    validate(&req)?;
+    let limits = &app.config.limits;
+    let ttl = match &req.ttl {
+        None => limits.default_run_ttl,
+        Some(t) => {
+            parse_duration(t).map_err(|e| ApiError::bad_request("invalid_ttl", e.to_string()))?
+        }
+    };
+    if ttl > limits.max_run_ttl {
+        return Err(ApiError::bad_request(
+            "invalid_ttl",
+            format!(
+                "run ttl exceeds the server maximum of {}",
+                crate::grammar::format_duration(limits.max_run_ttl)
+            ),
+        ));
+    }
+    let users = GlobList::parse(&rt.users);
+    let kinds = GlobList::parse(&rt.task_kinds);
+    let in_scope = users.is_some_and(|g| g.matches(&req.user))
+        && kinds.is_some_and(|g| g.matches(&req.task.kind));
+    let mut audit = AuditEvent::new("run.started", format!("runtime:{}", rt.name), "allow");
+    audit.user = Some(req.user.clone());
+    audit.request_id = Some(rid);
+    if !in_scope {
+        audit.event = "run.denied";
+        audit.decision = "deny";
+        audit.reason = Some("runtime_scope".into());
+        audit.detail = Some(format!("task_kind={}", req.task.kind));
+        app.store.writer().submit(AppendAudit(audit)).await?;
+        return Err(ApiError::forbidden(
+            "runtime_scope",
+            "this runtime may not start runs for that user or task kind",
+        ));
+    }
+    let now = app.clock.now();
+    let token = new_secret(RUN_TOKEN_PREFIX);
+    let record = RunRecord {
+        id: new_id(),
+        runtime_id: rt.id.clone(),
+        runtime_name: rt.name.clone(),
+        user: req.user,
+        task_id: req.task.id,
+        task_kind: req.task.kind,
+        task_attributes: req.task.attributes,
+        labels: req.labels,
+        created_at: now,
+        expires_at: now + ttl.as_secs() as i64,
+        ended_at: None,
+    };
+    audit.run_id = Some(record.id.clone());
+    audit.detail = Some(format!("task={} kind={}", record.task_id, record.task_kind));
+    let response = CreateRunResponse {
+        run_id: record.id.clone(),
+        run_token: token.expose_secret().to_owned(),
+        expires_at: rfc3339(record.expires_at),
+    };
+    app.store
+        .writer()
+        .submit(CreateRun {
+            record,
+            token_hash: secret_hash(&token),
+            audit,
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(response)))
+}
+
+async fn visible_run(
+    app: &AppState,
+    caller: &RuntimeOrAdmin,
+    id: &str,
+) -> Result<RunRecord, ApiError> {
+    if !is_id(id) {
+        return Err(ApiError::not_found("run"));
+    }
+    let run = runs::find(&app.store, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("run"))?;
+    match caller.runtime_id() {
+        Some(rt) if rt != run.runtime_id => Err(ApiError::not_found("run")),
+        _ => Ok(run),
+    }
+}
+
+/// `GET /v1/runs/{id}`
+pub async fn show(
+    State(app): State<AppState>,
+    caller: RuntimeOrAdmin,
+    Path(id): Path<String>,
+) -> Result<Json<RunView>, ApiError> {
+    let run = visible_run(&app, &caller, &id).await?;
+    let now = app.clock.now();
+    let caps = list_for_run(&app.store, &run.id).await?;
+    let leases = leases_for_run(&app.store, &run.id).await?;
+    let run_state = run.state(now);
+    Ok(Json(RunView {
+        run_id: run.id,
+        user: run.user,
+        task: Task {
+            id: run.task_id,
+            kind: run.task_kind,
+            attributes: run.task_attributes,
+        },
+        runtime_id: run.runtime_id,
+        labels: run.labels,
+        created_at: rfc3339(run.created_at),
+        expires_at: rfc3339(run.expires_at),
+        ended_at: run.ended_at.map(rfc3339),
+        state: run_state.as_str().to_owned(),
+        capabilities: caps
+            .into_iter()
+            .map(|c| {
+                let state = if c.revoked_at.is_some() {
+                    "revoked"
+                } else if run_state != runs::RunState::Active {
+                    "inactive"
+                } else if now >= c.expires_at {
+                    "expired"
+                } else if c.uses_left == 0 {
+                    "exhausted"
+                } else {
+                    "active"
+                };
+                CapabilitySummary {
+                    capability_id: c.id,
+                    action: c.action,
+                    resource: c.resource,
+                    issued_at: rfc3339(c.issued_at),
+                    expires_at: rfc3339(c.expires_at),
+                    uses: c.uses,
+                    uses_left: c.uses_left,
+                    revoked_at: c.revoked_at.map(rfc3339),
+                    state: state.to_owned(),
+                }
+            })
+            .collect(),
+        leases: leases
+            .into_iter()
+            .map(|l| LeaseSummary {
+                lease_id: l.id,
+                capability_id: l.capability_id,
+                backend: l.backend,
+                kind: l.kind,
+                created_at: rfc3339(l.created_at),
+                expires_at: rfc3339(l.expires_at),
+                revoked_at: l.revoked_at.map(rfc3339),
+            })
+            .collect(),
+    }))
+}
+
+/// `POST /v1/runs/{id}/end`
+pub async fn end(
+    State(app): State<AppState>,
+    caller: RuntimeOrAdmin,
+    RequestId(rid): RequestId,
+    Path(id): Path<String>,
+) -> Result<Json<EndRunResponse>, ApiError> {
+    if !is_id(&id) {
+        return Err(ApiError::not_found("run"));
+    }
+    let mut audit = AuditEvent::new("run.ended", caller.actor(), "allow");
+    audit.run_id = Some(id.clone());
+    audit.request_id = Some(rid);
+    let counts = app
+        .store
+        .writer()
+        .submit(EndRun {
+            run_id: id.clone(),
+            runtime_id: caller.runtime_id().map(str::to_owned),
+            reason: "ended",
+            audit,
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found("run"))?;
+    Ok(Json(EndRunResponse {
+        run_id: id,
+        revoked: counts,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn req(user: &str, kind: &str, labels: Vec<String>) -> CreateRunRequest {
+        CreateRunRequest {
+            user: user.into(),
+            task: Task {
+                id: "t-1".into(),
+                kind: kind.into(),
+                attributes: BTreeMap::new(),
+            },
+            ttl: None,
+            labels,
+        }
+    }
+
+    #[test]
+    fn validation_codes() {
+        assert!(validate(&req("alice", "summarize", vec![])).is_ok());
+        assert_eq!(
+            validate(&req("al'ice", "summarize", vec![]))
+                .unwrap_err()
+                .code,
+            "invalid_user"
+        );
+        assert_eq!(
+            validate(&req("alice", "Sum", vec![])).unwrap_err().code,
+            "invalid_task"
+        );
+        assert_eq!(
+            validate(&req("alice", "s", vec!["bad label".into()]))
+                .unwrap_err()
+                .code,
+            "invalid_labels"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! The one application state, built once at start and shared by every handler.
+//!
+//! [`App::build`] turns a validated [`Config`] into a running broker core: store
+//! opened and migrated, KEK and signing keys loaded (or created in `--dev`), policy
+//! loaded and validated, backends constructed. Tests build it the same way, with a
+//! fresh database, so they exercise exactly what production runs.
+
+use crate::backends::{token::TokenBackend, Backend};
+use crate::clock::Clock;
+use crate::config::{BackendConfig, Config};
+use crate::keys::{manage, Kek, KeyRing};
+use crate::metrics::Metrics;
+use crate::policy::PolicyEngine;
+use crate::store::runs::RunRecord;
+use crate::store::Store;
+use anyhow::Context;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+pub type AppState = Arc<App>;
+
+pub struct App {
+    pub config: Config,
+    pub store: Store,
+    pub kek: Kek,
+    pub keys: Arc<KeyRing>,
+    policy: RwLock<Arc<PolicyEngine>>,
+    pub backends: BTreeMap<String, Arc<dyn Backend>>,
+    /// SHA-256 of the admin token; `None` disables the admin API.
+    pub admin_token_hash: Option<String>,
+    pub metrics: Metrics,
+    pub clock: Clock,
+    pub runs: RunCache,
+}
+
+impl App {
+    pub async fn build(
+        config: Config,
+        kek: Kek,
+        policy: PolicyEngine,
+        admin_token_hash: Option<String>,
+        clock: Clock,
+    ) -> anyhow::Result<AppState> {
+        let store = Store::open(&config.store, config.max_connections, clock.clone())
+            .await
+            .context("opening the store")?;
+        let keyset = manage::load_or_create(&store, &kek, clock.now())
+            .await
+            .context("loading signing keys")?;
+        let keys = Arc::new(KeyRing::new(keyset));
+        let mut backends: BTreeMap<String, Arc<dyn Backend>> = BTreeMap::new();
+        for (name, b) in &config.backends {
+            let backend: Arc<dyn Backend> = match b {
+                BackendConfig::Token { audience, .. } => Arc::new(TokenBackend {
+                    issuer: config.issuer.clone(),
+                    audience: audience.clone(),
+                    keys: keys.clone(),
+                }),
+            };
+            backends.insert(name.clone(), backend);
+        }
+        Ok(Arc::new(App {
+            config,
+            store,
+            kek,
+            keys,
+            policy: RwLock::new(Arc::new(policy)),
+            backends,
+            admin_token_hash,
+            metrics: Metrics::new(),
+            clock,
+            runs: RunCache::default(),
+        }))
+    }
+
+    /// The policy set in force; requests hold their snapshot for their whole life.
+    pub fn policy(&self) -> Arc<PolicyEngine> {
+        match self.policy.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Swaps in a new, already validated policy set atomically.
+    pub fn replace_policy(&self, engine: PolicyEngine) {
+        let mut g = match self.policy.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        *g = Arc::new(engine);
+    }
+}
+
+/// Run-token lookups, cached by token hash.
+///
+/// Only the immutable attributes of a run are trusted from the cache (user, task,
+/// runtime, labels, expiry). Whether the run has *ended* is always decided by the
+/// store, inside the transaction that records a capability or consumes a use, so a
+/// stale entry can never let an ended run obtain anything.
+#[derive(Default)]
+pub struct RunCache {
+    map: RwLock<HashMap<String, Arc<RunRecord>>>,
+}
+
+const RUN_CACHE_MAX: usize = 100_000;
+
+impl RunCache {
+    pub fn get(&self, token_hash: &str) -> Option<Arc<RunRecord>> {
+        self.map.read().ok()?.get(token_hash).cloned()
+    }
+
+    pub fn insert(&self, token_hash: String, run: Arc<RunRecord>) {
+        if let Ok(mut m) = self.map.write() {
+            if m.len() >= RUN_CACHE_MAX {
+                m.clear();
+            }
+            m.insert(token_hash, run);
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Admin commands: HTTP calls to a running broker with the admin token.
+
+use super::{Command, KeysCommand, Remote, RunsCommand, RuntimesCommand};
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use std::process::ExitCode;
+
+pub fn run(command: Command) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tessera: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Runtimes(RuntimesCommand::Create {
+            name,
+            users,
+            task_kinds,
+            remote,
+        }) => {
+            let body = json!({ "name": name, "users": users, "task_kinds": task_kinds });
+            let v = call(
+                &remote,
+                reqwest::Method::POST,
+                "/v1/admin/runtimes",
+                Some(body),
+            )
+            .await?;
+            if remote.json {
+                println!("{v}");
+            } else {
+                println!(
+                    "runtime {} created (id {})",
+                    v["name"].as_str().unwrap_or(""),
+                    v["id"].as_str().unwrap_or("")
+                );
+                println!(
+                    "users: {}  task kinds: {}",
+                    v["users"].as_str().unwrap_or(""),
+                    v["task_kinds"].as_str().unwrap_or("")
+                );
+                println!(
+                    "API key (shown once, store it now): {}",
+                    v["key"].as_str().unwrap_or("")
+                );
+            }
+        }
+        Command::Runtimes(RuntimesCommand::List { remote }) => {
+            let v = call(&remote, reqwest::Method::GET, "/v1/admin/runtimes", None).await?;
+            print_table(
+                &remote,
+                &v,
+                "runtimes",
+                &["name", "id", "users", "task_kinds", "created_at"],
+            );
+        }
+        Command::Runs(RunsCommand::Show { id, remote }) => {
+            let v = call(
+                &remote,
+                reqwest::Method::GET,
+                &format!("/v1/runs/{id}"),
+                None,
+            )
+            .await?;
+            if remote.json {
+                println!("{v}");
+            } else {
+                println!(
+                    "run {}  user {}  state {}",
+                    v["run_id"].as_str().unwrap_or(""),
+                    v["user"].as_str().unwrap_or(""),
+                    v["state"].as_str().unwrap_or("")
+                );
+                print_table(
+                    &remote,
+                    &v,
+                    "capabilities",
+                    &[
+                        "capability_id",
+                        "action",
+                        "resource",
+                        "state",
+                        "uses_left",
+                        "expires_at",
+                    ],
+                );
+            }
+        }
+        Command::Runs(RunsCommand::End { id, remote }) => {
+            let v = call(
+                &remote,
+                reqwest::Method::POST,
+                &format!("/v1/runs/{id}/end"),
+                None,
+            )
+            .await?;
+            if remote.json {
+                println!("{v}");
+            } else {
+                let r = &v["revoked"];
+                println!(
+                    "run {id} ended; revoked {} capabilities, {} leases, {} pending",
+                    r["capabilities"], r["leases"], r["pending"]
+                );
+            }
+        }
+        Command::Keys(KeysCommand::Rotate { remote }) => {
+            let v = call(
+                &remote,
+                reqwest::Method::POST,
+                "/v1/admin/keys/rotate",
+                None,
+            )
+            .await?;
+            if remote.json {
+                println!("{v}");
+            } else {
+                println!("new signing key {}", v["kid"].as_str().unwrap_or(""));
+                if let Some(prev) = v["previous_kid"].as_str() {
+                    println!(
+                        "previous key {prev} stays published until {}",
+                        v["previous_published_until"].as_str().unwrap_or("")
+                    );
+                }
+            }
+        }
+        Command::Keys(KeysCommand::List { remote }) => {
+            let v = call(&remote, reqwest::Method::GET, "/v1/admin/keys", None).await?;
+            print_table(
+                &remote,
+                &v,
+                "keys",
+                &["kid", "state", "created_at", "publish_until"],
+            );
+        }
+        Command::Serve(_) | Command::Policy(_) => bail!("not an admin command"),
+    }
+    Ok(())
+}
+
+fn print_table(remote: &Remote, v: &Value, key: &str, columns: &[&str]) {
+    if remote.json {
+        println!("{v}");
+        return;
+    }
+    let rows = v[key].as_array().cloned().unwrap_or_default();
+    let cell = |row: &Value, c: &str| match &row[c] {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    };
+    let widths: Vec<usize> = columns
+        .iter()
+        .map(|c| {
+            rows.iter()
+                .map(|r| cell(r, c).len())
+                .max()
+                .unwrap_or(0)
+                .max(c.len())
+        })
+        .collect();
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    println!(
+        "{}",
+        line(columns.iter().map(|c| c.to_uppercase()).collect())
+    );
+    for r in &rows {
+        println!("{}", line(columns.iter().map(|c| cell(r, c)).collect()));
+    }
+}
+
+async fn call(
+    remote: &Remote,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Value> {
+    let token_file = remote
+        .token_file
+        .as_ref()
+        .context("no admin token: set TESSERA_ADMIN_TOKEN_FILE or pass --token-file")?;
+    let token = std::fs::read_to_string(token_file)
+        .with_context(|| format!("cannot read admin token file {}", token_file.display()))?;
+    let url = format!("{}{path}", remote.addr.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()?;
+    let mut req = client.request(method, &url).bearer_auth(token.trim());
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach the broker at {}: {e}", remote.addr))?;
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        let code = v["error"]["code"].as_str().unwrap_or("unknown");
+        let msg = v["error"]["message"].as_str().unwrap_or("");
+        match status.as_u16() {
+            401 => bail!("the broker rejected the admin token ({code}): {msg}"),
+            403 => bail!("denied ({code}): {msg}"),
+            _ => bail!("broker answered {status} ({code}): {msg}"),
+        }
+    }
+    Ok(v)
+}

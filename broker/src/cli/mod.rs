@@ -1,0 +1,157 @@
+//! Command-line interface of the `tessera` binary.
+//!
+//! `serve` runs the broker; the other commands talk to a running broker over HTTP
+//! with the admin token (`TESSERA_ADDR`, `TESSERA_ADMIN_TOKEN_FILE` or
+//! `--token-file`), print a table for people and JSON with `--json`.
+
+mod admin;
+mod serve;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "Tessera credential broker for AI-agent runtimes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the broker.
+    Serve(ServeArgs),
+    /// Manage runtimes (agent orchestrators).
+    #[command(subcommand)]
+    Runtimes(RuntimesCommand),
+    /// Inspect and end runs.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Manage signing keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Check a policy directory against its schema (exit 1 on errors).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Configuration file (tessera.toml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Development mode: embedded SQLite in the data dir, generated keys and admin token.
+    #[arg(long)]
+    pub dev: bool,
+    /// Listen address (default 127.0.0.1:8700).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Directory for the SQLite file and dev keys (default: working directory).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Policy directory (default: ./policy).
+    #[arg(long)]
+    pub policy_dir: Option<PathBuf>,
+}
+
+/// How to reach a running broker as admin.
+#[derive(Debug, Args, Clone)]
+pub struct Remote {
+    /// Broker address.
+    #[arg(long, env = "TESSERA_ADDR", default_value = "http://127.0.0.1:8700")]
+    pub addr: String,
+    /// File holding the admin token.
+    #[arg(long, env = "TESSERA_ADMIN_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RuntimesCommand {
+    /// Create a runtime; prints its API key once.
+    Create {
+        name: String,
+        /// Comma-separated globs of users it may start runs for (default "*").
+        #[arg(long)]
+        users: Option<String>,
+        /// Comma-separated globs of task kinds it may start runs for (default "*").
+        #[arg(long)]
+        task_kinds: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// List runtimes.
+    List {
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Show a run with its capabilities and leases.
+    Show {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// End a run and revoke everything it was given.
+    End {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Rotate the signing key; the old one stays published until its tokens expire.
+    Rotate {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// List signing keys.
+    List {
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Parse and validate a policy directory against its schema.
+    Check {
+        #[arg(default_value = "policy")]
+        dir: PathBuf,
+    },
+}
+
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Policy(PolicyCommand::Check { dir }) => {
+            match crate::policy::PolicyEngine::load_dir(&dir) {
+                Ok(engine) => {
+                    println!(
+                        "{}: {} policies, valid",
+                        dir.display(),
+                        engine.policy_count()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        other => admin::run(other),
+    }
+}

@@ -1,0 +1,197 @@
+//! `tessera serve`: bootstrap and run the broker.
+//!
+//! Order: config (fail fast, naming the setting) → logging → KEK → policy (an
+//! invalid policy stops the start with file:line:col) → admin token → store, keys,
+//! backends → listen. In `--dev` everything missing is generated: the SQLite file
+//! and KEK in the data directory, the admin token shown once (or written to
+//! `TESSERA_ADMIN_TOKEN_FILE` when that file does not exist yet).
+
+use super::ServeArgs;
+use crate::app::App;
+use crate::clock::Clock;
+use crate::config::{self, Config, Overrides};
+use crate::ids::{has_secret_shape, new_secret, secret_hash, sha256_hex, ADMIN_TOKEN_PREFIX};
+use crate::keys::{manage, Kek};
+use crate::policy::PolicyEngine;
+use anyhow::{bail, Context};
+use secrecy::ExposeSecret;
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+pub fn run(args: ServeArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tessera: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let json = config::process_env("TESSERA_LOG_FORMAT").as_deref() == Some("json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        let _ = builder.json().try_init();
+    } else {
+        let _ = builder.try_init();
+    }
+}
+
+/// Writes a secret file readable only by its owner.
+fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(contents.as_bytes())?;
+    f.write_all(b"\n")?;
+    Ok(())
+}
+
+fn load_kek(config: &Config) -> anyhow::Result<Kek> {
+    if let Some(text) = config::process_env("TESSERA_KEK") {
+        return Kek::from_base64(&text).context("TESSERA_KEK");
+    }
+    let path = match &config.kek_file {
+        Some(p) => p.clone(),
+        None if config.dev => config.data_dir.join("tessera-dev.kek"),
+        None => bail!("config error: keys.kek_file: no key-encryption key configured"),
+    };
+    if !path.exists() && config.dev {
+        let (kek, text) = Kek::generate();
+        write_private(&path, &text)?;
+        tracing::info!(path = %path.display(), "generated a development key-encryption key");
+        return Ok(kek);
+    }
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "config error: keys.kek_file: cannot read {}",
+            path.display()
+        )
+    })?;
+    Kek::from_base64(&text)
+        .with_context(|| format!("config error: keys.kek_file: {}", path.display()))
+}
+
+/// The admin token's hash, generating (and showing once) a token in `--dev`.
+fn admin_token_hash(config: &Config) -> anyhow::Result<Option<String>> {
+    if let Some(path) = &config.admin_token_file {
+        if path.exists() {
+            let token = std::fs::read_to_string(path)
+                .with_context(|| format!("admin token file {}", path.display()))?;
+            let token = token.trim();
+            if !has_secret_shape(token, ADMIN_TOKEN_PREFIX) {
+                bail!(
+                    "config error: admin token file {} does not hold a tsr_adm_ token",
+                    path.display()
+                );
+            }
+            return Ok(Some(sha256_hex(token.as_bytes())));
+        }
+        if !config.dev {
+            bail!(
+                "config error: admin.token_file: {} does not exist",
+                path.display()
+            );
+        }
+        let token = new_secret(ADMIN_TOKEN_PREFIX);
+        write_private(path, token.expose_secret())?;
+        eprintln!("tessera: admin token written to {}", path.display());
+        return Ok(Some(secret_hash(&token)));
+    }
+    if config.dev {
+        let token = new_secret(ADMIN_TOKEN_PREFIX);
+        // Shown once, on the terminal of the person who started the dev broker.
+        eprintln!(
+            "tessera: development admin token (shown once): {}",
+            token.expose_secret()
+        );
+        return Ok(Some(secret_hash(&token)));
+    }
+    tracing::warn!("no admin token configured: the admin API is disabled");
+    Ok(None)
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let overrides = Overrides {
+        dev: args.dev,
+        listen: args.listen,
+        data_dir: args.data_dir,
+        policy_dir: args.policy_dir,
+    };
+    let config = Config::load(args.config.as_deref(), &overrides, &config::process_env)?;
+    init_logging();
+    if config.dev {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    }
+    let kek = load_kek(&config)?;
+    let policy = PolicyEngine::load_dir(&config.policy_dir).map_err(|e| {
+        anyhow::anyhow!("policy in {} is invalid:\n{e}", config.policy_dir.display())
+    })?;
+    let admin = admin_token_hash(&config)?;
+    let listen = config.listen;
+    let clock = Clock::new();
+    let app = App::build(config, kek, policy, admin, clock).await?;
+    tokio::spawn(refresh_keys(app.clone()));
+
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listen: cannot bind {listen}"))?;
+    tracing::info!(addr = %listener.local_addr()?, store = ?app.config.store, "tessera listening");
+    axum::serve(listener, crate::api::router(app))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    Ok(())
+}
+
+/// Picks up keys rotated by another replica.
+async fn refresh_keys(app: crate::app::AppState) {
+    let mut tick = tokio::time::interval(Duration::from_secs(30));
+    loop {
+        tick.tick().await;
+        match manage::load(&app.store, &app.kek, app.clock.now()).await {
+            Ok(set) => app.keys.replace(set),
+            Err(e) => tracing::warn!(error = %e, "signing key refresh failed"),
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

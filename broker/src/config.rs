@@ -1,0 +1,536 @@
+//! Typed configuration: `tessera.toml` plus `TESSERA_*` environment overrides.
+//!
+//! Every field is parsed and checked at start; an error names the setting
+//! (`limits.max_capability_ttl: ...`) so an operator knows what to fix. Unknown keys
+//! are errors, so a misspelled limit is never silently ignored. No secret is read
+//! from this file: the store URL, KEK and admin token come from the environment or
+//! from files the config points at.
+
+use crate::grammar::{parse_duration, Rate};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+#[error("config error: {setting}: {message}")]
+pub struct ConfigError {
+    pub setting: String,
+    pub message: String,
+}
+
+fn err(setting: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        setting: setting.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The file as written by an administrator.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    policy_dir: Option<PathBuf>,
+    issuer: Option<String>,
+    #[serde(default)]
+    store: RawStore,
+    #[serde(default)]
+    keys: RawKeys,
+    #[serde(default)]
+    admin: RawAdmin,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    backends: BTreeMap<String, RawBackend>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    url_env: Option<String>,
+    url_file: Option<PathBuf>,
+    max_connections: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKeys {
+    kek_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    default_capability_ttl: Option<String>,
+    max_capability_ttl: Option<String>,
+    default_uses: Option<u32>,
+    max_uses: Option<u32>,
+    max_rate: Option<String>,
+    default_run_ttl: Option<String>,
+    max_run_ttl: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackend {
+    kind: String,
+    audience: Option<String>,
+    actions: Option<Vec<String>>,
+}
+
+/// Server-wide caps that bound every policy's annotations.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub default_capability_ttl: Duration,
+    pub max_capability_ttl: Duration,
+    pub default_uses: u32,
+    pub max_uses: u32,
+    pub max_rate: Rate,
+    pub default_run_ttl: Duration,
+    pub max_run_ttl: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            default_capability_ttl: Duration::from_secs(300),
+            max_capability_ttl: Duration::from_secs(3600),
+            default_uses: 10,
+            max_uses: 10_000,
+            max_rate: Rate {
+                count: 6000,
+                per: Duration::from_secs(60),
+            },
+            default_run_ttl: Duration::from_secs(3600),
+            max_run_ttl: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// A configured downstream backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendConfig {
+    /// Mints audience-restricted JWTs for an internal service (RFC 8693 style).
+    Token {
+        audience: String,
+        actions: Option<Vec<String>>,
+    },
+}
+
+impl BackendConfig {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendConfig::Token { .. } => "token",
+        }
+    }
+}
+
+/// Where the store lives.
+#[derive(Clone)]
+pub enum StoreUrl {
+    Sqlite(PathBuf),
+    Postgres(secrecy::SecretString),
+}
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Sqlite(p) => write!(f, "Sqlite({})", p.display()),
+            StoreUrl::Postgres(_) => f.write_str("Postgres([redacted])"),
+        }
+    }
+}
+
+/// The validated configuration the broker runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub dev: bool,
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub policy_dir: PathBuf,
+    pub issuer: String,
+    pub store: StoreUrl,
+    pub max_connections: u32,
+    pub kek_file: Option<PathBuf>,
+    pub admin_token_file: Option<PathBuf>,
+    pub limits: Limits,
+    pub backends: BTreeMap<String, BackendConfig>,
+}
+
+/// Command-line settings that override the file and the environment.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub dev: bool,
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub policy_dir: Option<PathBuf>,
+}
+
+/// Reads an environment variable; `None` when unset or empty.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl Config {
+    /// Loads `file` (if given; in `--dev` a missing file is fine) and applies
+    /// environment and command-line overrides, then validates everything.
+    pub fn load(
+        file: Option<&Path>,
+        overrides: &Overrides,
+        env: EnvLookup<'_>,
+    ) -> Result<Config, ConfigError> {
+        let raw = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| err("--config", format!("cannot read {}: {e}", path.display())))?;
+                toml::from_str::<RawConfig>(&text)
+                    .map_err(|e| err(&path.display().to_string(), e.message().to_owned()))?
+            }
+            None => RawConfig::default(),
+        };
+        Self::from_raw(raw, overrides, env)
+    }
+
+    /// Parses configuration text (for tests and `policy check`).
+    pub fn from_toml(
+        text: &str,
+        overrides: &Overrides,
+        env: EnvLookup<'_>,
+    ) -> Result<Config, ConfigError> {
+        let raw =
+            toml::from_str::<RawConfig>(text).map_err(|e| err("tessera.toml", e.message()))?;
+        Self::from_raw(raw, overrides, env)
+    }
+
+    fn from_raw(raw: RawConfig, o: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+        let listen_text = o
+            .listen
+            .clone()
+            .or_else(|| env("TESSERA_LISTEN"))
+            .or(raw.listen)
+            .unwrap_or_else(|| "127.0.0.1:8700".to_owned());
+        let listen = listen_text
+            .parse()
+            .map_err(|_| err("listen", format!("not an address:port: {listen_text:?}")))?;
+        let data_dir = o
+            .data_dir
+            .clone()
+            .or_else(|| env("TESSERA_DATA_DIR").map(PathBuf::from))
+            .or(raw.data_dir)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let policy_dir = o
+            .policy_dir
+            .clone()
+            .or_else(|| env("TESSERA_POLICY_DIR").map(PathBuf::from))
+            .or(raw.policy_dir)
+            .unwrap_or_else(|| PathBuf::from("policy"));
+        let issuer = env("TESSERA_ISSUER")
+            .or(raw.issuer)
+            .unwrap_or_else(|| "tessera".to_owned());
+        if issuer.is_empty() || issuer.len() > 256 || issuer.chars().any(char::is_control) {
+            return Err(err("issuer", "must be 1-256 printable characters"));
+        }
+
+        let store = resolve_store(&raw.store, o.dev, &data_dir, env)?;
+        let max_connections = raw.store.max_connections.unwrap_or(8);
+        if !(1..=256).contains(&max_connections) {
+            return Err(err("store.max_connections", "must be between 1 and 256"));
+        }
+        let kek_file = env("TESSERA_KEK_FILE")
+            .map(PathBuf::from)
+            .or(raw.keys.kek_file);
+        if !o.dev && kek_file.is_none() && env("TESSERA_KEK").is_none() {
+            return Err(err(
+                "keys.kek_file",
+                "no key-encryption key: set keys.kek_file, TESSERA_KEK_FILE or TESSERA_KEK (or run with --dev)",
+            ));
+        }
+        let admin_token_file = env("TESSERA_ADMIN_TOKEN_FILE")
+            .map(PathBuf::from)
+            .or(raw.admin.token_file);
+
+        let limits = resolve_limits(&raw.limits)?;
+        let mut backends = BTreeMap::new();
+        for (name, b) in raw.backends {
+            let setting = format!("backends.{name}");
+            if !crate::resource::is_backend_name(&name) {
+                return Err(err(
+                    &setting,
+                    "backend names are 1-63 of [a-z0-9-], starting with a letter",
+                ));
+            }
+            backends.insert(name, resolve_backend(&setting, b)?);
+        }
+        if o.dev && backends.is_empty() {
+            // `--dev` ships one backend so the walk-through works without a config file.
+            backends.insert(
+                "svc-reports".to_owned(),
+                BackendConfig::Token {
+                    audience: "https://reports.internal".to_owned(),
+                    actions: None,
+                },
+            );
+        }
+        Ok(Config {
+            dev: o.dev,
+            listen,
+            data_dir,
+            policy_dir,
+            issuer,
+            store,
+            max_connections,
+            kek_file,
+            admin_token_file,
+            limits,
+            backends,
+        })
+    }
+
+    /// The `aud` of capabilities: only this broker accepts them.
+    pub fn capability_audience(&self) -> String {
+        format!("{}/capabilities", self.issuer)
+    }
+}
+
+fn resolve_store(
+    raw: &RawStore,
+    dev: bool,
+    data_dir: &Path,
+    env: EnvLookup<'_>,
+) -> Result<StoreUrl, ConfigError> {
+    let (setting, url) = if let Some(u) = env("TESSERA_STORE_URL") {
+        ("TESSERA_STORE_URL".to_owned(), Some(u))
+    } else if let Some(var) = &raw.url_env {
+        let u = env(var).ok_or_else(|| {
+            err(
+                "store.url_env",
+                format!("environment variable {var} is not set"),
+            )
+        })?;
+        (format!("store.url_env ({var})"), Some(u))
+    } else if let Some(path) = &raw.url_file {
+        let u = std::fs::read_to_string(path).map_err(|e| {
+            err(
+                "store.url_file",
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        ("store.url_file".to_owned(), Some(u.trim().to_owned()))
+    } else {
+        ("store".to_owned(), None)
+    };
+    match url {
+        None if dev => Ok(StoreUrl::Sqlite(data_dir.join("tessera.db"))),
+        None => Err(err(
+            "store",
+            "no store configured: set TESSERA_STORE_URL, store.url_env or store.url_file (or run with --dev)",
+        )),
+        Some(u) => {
+            if let Some(path) = u.strip_prefix("sqlite://") {
+                let path = path.split('?').next().unwrap_or(path);
+                if path.is_empty() {
+                    return Err(err(&setting, "sqlite URL needs a file path"));
+                }
+                Ok(StoreUrl::Sqlite(PathBuf::from(path)))
+            } else if u.starts_with("postgres://") || u.starts_with("postgresql://") {
+                Ok(StoreUrl::Postgres(secrecy::SecretString::from(u)))
+            } else {
+                Err(err(&setting, "must start with sqlite:// or postgres://"))
+            }
+        }
+    }
+}
+
+fn duration_setting(
+    setting: &str,
+    v: &Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(text) => parse_duration(text).map_err(|e| err(setting, e.to_string())),
+    }
+}
+
+fn resolve_limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
+    let d = Limits::default();
+    let l = Limits {
+        default_capability_ttl: duration_setting(
+            "limits.default_capability_ttl",
+            &raw.default_capability_ttl,
+            d.default_capability_ttl,
+        )?,
+        max_capability_ttl: duration_setting(
+            "limits.max_capability_ttl",
+            &raw.max_capability_ttl,
+            d.max_capability_ttl,
+        )?,
+        default_uses: raw.default_uses.unwrap_or(d.default_uses),
+        max_uses: raw.max_uses.unwrap_or(d.max_uses),
+        max_rate: match &raw.max_rate {
+            None => d.max_rate,
+            Some(t) => t
+                .parse()
+                .map_err(|e: crate::grammar::GrammarError| err("limits.max_rate", e.to_string()))?,
+        },
+        default_run_ttl: duration_setting(
+            "limits.default_run_ttl",
+            &raw.default_run_ttl,
+            d.default_run_ttl,
+        )?,
+        max_run_ttl: duration_setting("limits.max_run_ttl", &raw.max_run_ttl, d.max_run_ttl)?,
+    };
+    if l.max_capability_ttl > Duration::from_secs(24 * 3600) {
+        return Err(err("limits.max_capability_ttl", "must be at most 24h"));
+    }
+    if l.default_capability_ttl > l.max_capability_ttl {
+        return Err(err(
+            "limits.default_capability_ttl",
+            "must not exceed limits.max_capability_ttl",
+        ));
+    }
+    if l.max_uses == 0 || l.max_uses > 1_000_000 {
+        return Err(err("limits.max_uses", "must be between 1 and 1000000"));
+    }
+    if l.default_uses == 0 || l.default_uses > l.max_uses {
+        return Err(err(
+            "limits.default_uses",
+            "must be between 1 and limits.max_uses",
+        ));
+    }
+    if l.default_run_ttl > l.max_run_ttl {
+        return Err(err(
+            "limits.default_run_ttl",
+            "must not exceed limits.max_run_ttl",
+        ));
+    }
+    Ok(l)
+}
+
+fn resolve_backend(setting: &str, b: RawBackend) -> Result<BackendConfig, ConfigError> {
+    match b.kind.as_str() {
+        "token" => {
+            let audience = b.audience.ok_or_else(|| {
+                err(
+                    &format!("{setting}.audience"),
+                    "required for kind \"token\"",
+                )
+            })?;
+            if audience.is_empty()
+                || audience.len() > 256
+                || audience
+                    .chars()
+                    .any(|c| c.is_control() || c.is_whitespace())
+            {
+                return Err(err(
+                    &format!("{setting}.audience"),
+                    "must be 1-256 characters without spaces",
+                ));
+            }
+            if let Some(actions) = &b.actions {
+                for a in actions {
+                    if !crate::resource::is_token_action(a) {
+                        return Err(err(
+                            &format!("{setting}.actions"),
+                            format!("invalid action name {a:?}"),
+                        ));
+                    }
+                }
+            }
+            Ok(BackendConfig::Token {
+                audience,
+                actions: b.actions,
+            })
+        }
+        "postgres" | "mysql" | "aws-sts" => Err(err(
+            &format!("{setting}.kind"),
+            format!(
+                "kind {:?} is not available in this build yet (supported: token)",
+                b.kind
+            ),
+        )),
+        other => Err(err(
+            &format!("{setting}.kind"),
+            format!("unknown kind {other:?} (supported: token)"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn dev_needs_nothing() {
+        let c = Config::from_toml(
+            "",
+            &Overrides {
+                dev: true,
+                ..Default::default()
+            },
+            &no_env,
+        )
+        .unwrap();
+        assert!(matches!(c.store, StoreUrl::Sqlite(_)));
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8700");
+        assert!(c.backends.contains_key("svc-reports"));
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        let o = Overrides {
+            dev: true,
+            ..Default::default()
+        };
+        let e =
+            Config::from_toml("[limits]\nmax_capability_ttl = \"5x\"", &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "limits.max_capability_ttl");
+        let e = Config::from_toml("[backends.b]\nkind = \"nope\"", &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "backends.b.kind");
+        let e = Config::from_toml("[backends.b]\nkind = \"token\"", &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "backends.b.audience");
+        let e = Config::from_toml("listen = \"nowhere\"", &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "listen");
+        let e = Config::from_toml("bogus = 1", &o, &no_env).unwrap_err();
+        assert!(e.message.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn production_requires_store_and_kek() {
+        let e = Config::from_toml("", &Overrides::default(), &no_env).unwrap_err();
+        assert_eq!(e.setting, "store");
+        let env = |k: &str| (k == "TESSERA_STORE_URL").then(|| "postgres://u@h/db".to_owned());
+        let e = Config::from_toml("", &Overrides::default(), &env).unwrap_err();
+        assert_eq!(e.setting, "keys.kek_file");
+    }
+
+    #[test]
+    fn env_overrides_file() {
+        let env = |k: &str| (k == "TESSERA_LISTEN").then(|| "127.0.0.1:9000".to_owned());
+        let c = Config::from_toml(
+            "listen = \"127.0.0.1:1\"",
+            &Overrides {
+                dev: true,
+                ..Default::default()
+            },
+            &env,
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 9000);
+    }
+}

@@ -1,0 +1,114 @@
+//! Identifiers, bearer secrets and their hashes.
+//!
+//! Every bearer credential the broker mints carries a recognisable prefix
+//! (`tsr_rt_`, `tsr_run_`, `tsr_adm_`) so that a leaked one is greppable and secret
+//! scanners can find it, and holds 256 bits from the operating system's CSPRNG.
+//! Only the SHA-256 of a bearer secret is ever stored or compared.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use ring::rand::{SecureRandom, SystemRandom};
+use secrecy::{ExposeSecret, SecretString};
+
+/// Prefix of runtime API keys.
+pub const RUNTIME_KEY_PREFIX: &str = "tsr_rt_";
+/// Prefix of run tokens.
+pub const RUN_TOKEN_PREFIX: &str = "tsr_run_";
+/// Prefix of admin tokens.
+pub const ADMIN_TOKEN_PREFIX: &str = "tsr_adm_";
+
+/// Fills a buffer from the system CSPRNG. The OS generator failing is not
+/// something a request can cause or recover from.
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut buf = [0u8; N];
+    if SystemRandom::new().fill(&mut buf).is_err() {
+        // A broker that cannot draw randomness must not mint anything.
+        std::process::abort();
+    }
+    buf
+}
+
+/// A random version-4 UUID in its canonical text form.
+pub fn new_id() -> String {
+    let mut b = random_bytes::<16>();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex(&b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// True when `s` is a canonical lowercase UUID as produced by [`new_id`].
+pub fn is_id(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == b'-',
+            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
+        })
+}
+
+/// A new bearer secret: `prefix` followed by 256 random bits in base64url.
+pub fn new_secret(prefix: &str) -> SecretString {
+    let raw = random_bytes::<32>();
+    SecretString::from(format!("{prefix}{}", URL_SAFE_NO_PAD.encode(raw)))
+}
+
+/// Checks the shape of a presented bearer secret before it is hashed and looked up.
+pub fn has_secret_shape(token: &str, prefix: &str) -> bool {
+    token
+        .strip_prefix(prefix)
+        .is_some_and(|rest| rest.len() == 43 && URL_SAFE_NO_PAD.decode(rest).is_ok())
+}
+
+/// Lowercase hex SHA-256 of a secret: what the store keeps instead of the secret.
+pub fn secret_hash(secret: &SecretString) -> String {
+    sha256_hex(secret.expose_secret().as_bytes())
+}
+
+/// Lowercase hex SHA-256.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, data).as_ref())
+}
+
+/// Lowercase hex encoding.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 0x0f) as usize] as char);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_canonical_uuids_and_distinct() {
+        let a = new_id();
+        let b = new_id();
+        assert!(is_id(&a), "{a}");
+        assert_ne!(a, b);
+        assert_eq!(&a[14..15], "4");
+        assert!(!is_id("not-an-id"));
+        assert!(!is_id(&a.to_uppercase()));
+    }
+
+    #[test]
+    fn secrets_have_prefix_and_full_entropy_shape() {
+        let s = new_secret(RUN_TOKEN_PREFIX);
+        assert!(has_secret_shape(s.expose_secret(), RUN_TOKEN_PREFIX));
+        assert!(!has_secret_shape(s.expose_secret(), RUNTIME_KEY_PREFIX));
+        assert!(!has_secret_shape("tsr_run_short", RUN_TOKEN_PREFIX));
+        assert_eq!(secret_hash(&s).len(), 64);
+        assert!(!format!("{s:?}").contains(s.expose_secret()));
+    }
+}

@@ -1,0 +1,29 @@
+//! Tessera broker: mints capabilities bound to (user, task, resource, action) under
+//! Cedar policy, exchanges them for downstream credentials, and revokes everything
+//! a run was given when it ends.
+//!
+//! Where a request goes: [`api`] (HTTP, one module per resource) → [`policy`]
+//! (Cedar decision and constraints) → [`keys`] (EdDSA signing) → [`store`] (durable
+//! state; every write through the group-committing writer, with its [`audit`] row)
+//! → [`backends`] (downstream credentials). [`app`] holds the one shared state;
+//! [`cli`] is what the `tessera` binary dispatches to.
+
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod api;
+pub mod app;
+pub mod audit;
+pub mod backends;
+pub mod capability;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod grammar;
+pub mod ids;
+pub mod keys;
+pub mod metrics;
+pub mod names;
+pub mod policy;
+pub mod resource;
+pub mod store;

@@ -1,0 +1,102 @@
+//! Prometheus metrics for `/metrics`.
+//!
+//! Counters by outcome for the decisions that matter (capabilities, exchanges,
+//! HTTP statuses), a latency histogram, and the writer's commit/batch counters,
+//! which show how much group commit is saving.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+type Labels = Vec<(&'static str, String)>;
+
+pub struct Metrics {
+    registry: Registry,
+    http: Family<Labels, Counter>,
+    capabilities: Family<Labels, Counter>,
+    exchanges: Family<Labels, Counter>,
+    latency: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("tessera");
+        let http = Family::<Labels, Counter>::default();
+        let capabilities = Family::<Labels, Counter>::default();
+        let exchanges = Family::<Labels, Counter>::default();
+        let latency = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register("http_requests", "HTTP responses by status", http.clone());
+        registry.register(
+            "capabilities",
+            "Capability decisions by outcome",
+            capabilities.clone(),
+        );
+        registry.register("exchanges", "Exchanges by outcome", exchanges.clone());
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency",
+            latency.clone(),
+        );
+        Self {
+            registry,
+            http,
+            capabilities,
+            exchanges,
+            latency,
+        }
+    }
+
+    pub fn http_response(&self, status: u16, seconds: f64) {
+        self.http
+            .get_or_create(&vec![("status", status.to_string())])
+            .inc();
+        self.latency.observe(seconds);
+    }
+
+    pub fn capability(&self, outcome: &'static str) {
+        self.capabilities
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc();
+    }
+
+    pub fn exchange(&self, outcome: &'static str) {
+        self.exchanges
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc();
+    }
+
+    /// The text exposition, with the writer's counters appended.
+    pub fn render(&self, writer: &crate::store::writer::WriterStats) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        // `encode` ends with "# EOF"; the writer counters go before it.
+        if let Some(stripped) = out.strip_suffix("# EOF\n") {
+            out.truncate(stripped.len());
+        }
+        let _ = write!(
+            out,
+            "# HELP tessera_store_commits Store transactions committed by the writer.\n\
+             # TYPE tessera_store_commits counter\ntessera_store_commits_total {}\n\
+             # HELP tessera_store_ops Writes applied by the writer (ops per commit = group commit).\n\
+             # TYPE tessera_store_ops counter\ntessera_store_ops_total {}\n\
+             # HELP tessera_store_failed_batches Writer batches that failed.\n\
+             # TYPE tessera_store_failed_batches counter\ntessera_store_failed_batches_total {}\n# EOF\n",
+            writer.commits.load(Ordering::Relaxed),
+            writer.ops.load(Ordering::Relaxed),
+            writer.failed_batches.load(Ordering::Relaxed),
+        );
+        out
+    }
+}

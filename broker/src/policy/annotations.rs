@@ -1,0 +1,241 @@
+//! Tessera's policy annotations: `@id`, `@description`, and the constraints `@ttl`,
+//! `@uses`, `@rate`, `@approval` that ride on permit policies.
+//!
+//! Why: constraints are part of the policy an administrator reviews, so they live next
+//! to the permit they qualify, and a typo must fail the load rather than silently
+//! grant an unconstrained capability.
+//!
+//! Invariants: the only keys accepted are the six above; constraint keys only on
+//! `permit` policies; every value is parsed strictly at load time (never at request
+//! time); merging keeps the strictest value and the id of the policy that set it, ties
+//! going to the first policy in the (sorted) order merged.
+
+use std::time::Duration;
+
+use cedar_policy::Effect;
+
+use super::Constraints;
+use crate::grammar::{parse_duration, quote, Rate};
+
+/// Largest accepted `@uses` value.
+pub(super) const MAX_USES: u32 = 1_000_000;
+/// Longest accepted `@id`.
+const MAX_ID_LEN: usize = 128;
+
+/// Keys a policy may carry.
+const KNOWN_KEYS: [&str; 6] = ["id", "description", "ttl", "uses", "rate", "approval"];
+
+/// Constraints declared by one permit policy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct PolicyConstraints {
+    pub ttl: Option<Duration>,
+    pub uses: Option<u32>,
+    pub rate: Option<Rate>,
+    pub approval: bool,
+}
+
+/// A bad annotation: which key (to locate it in the source), what, and a hint.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct AnnotationError {
+    pub key: String,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+/// What the annotations of one policy say.
+#[derive(Debug, Default)]
+pub(super) struct Parsed {
+    pub id: Option<String>,
+    pub constraints: PolicyConstraints,
+    pub errors: Vec<AnnotationError>,
+}
+
+/// Parses and checks the annotations of one policy.
+pub(super) fn parse<'a>(
+    effect: Effect,
+    annotations: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Parsed {
+    let mut out = Parsed::default();
+    for (key, value) in annotations {
+        let mut fail = |message: String, hint: Option<&str>| {
+            out.errors.push(AnnotationError {
+                key: key.to_string(),
+                message,
+                hint: hint.map(str::to_string),
+            });
+        };
+        let is_constraint = matches!(key, "ttl" | "uses" | "rate" | "approval");
+        if !KNOWN_KEYS.contains(&key) {
+            fail(
+                format!("unknown annotation @{}", quote(key)),
+                Some("allowed: @id, @description, @ttl, @uses, @rate, @approval"),
+            );
+            continue;
+        }
+        if is_constraint && effect == Effect::Forbid {
+            fail(
+                format!("@{key} is only allowed on permit policies"),
+                Some("constraints qualify what a permit grants; a forbid grants nothing"),
+            );
+            continue;
+        }
+        match key {
+            "id" => match check_id(value) {
+                Ok(()) => out.id = Some(value.to_string()),
+                Err(message) => fail(message, Some("e.g. @id(\"analysts-read-reports\")")),
+            },
+            "ttl" => match parse_duration(value) {
+                Ok(d) => out.constraints.ttl = Some(d),
+                Err(e) => fail(format!("@ttl: {e}"), None),
+            },
+            "uses" => match parse_uses(value) {
+                Some(n) => out.constraints.uses = Some(n),
+                None => fail(
+                    format!("@uses: invalid count {}", quote(value)),
+                    Some("a whole number from 1 to 1000000, e.g. @uses(\"20\")"),
+                ),
+            },
+            "rate" => match value.parse::<Rate>() {
+                Ok(r) => out.constraints.rate = Some(r),
+                Err(e) => fail(format!("@rate: {e}"), None),
+            },
+            "approval" if value == "required" => out.constraints.approval = true,
+            "approval" => fail(
+                format!("@approval: invalid value {}", quote(value)),
+                Some("the only value is @approval(\"required\")"),
+            ),
+            _ => {} // "description": free text
+        }
+    }
+    out
+}
+
+fn check_id(id: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/');
+    if id.is_empty() || id.len() > MAX_ID_LEN || !id.chars().all(ok_char) {
+        return Err(format!(
+            "@id: invalid id {} (1 to {MAX_ID_LEN} characters among A-Z a-z 0-9 - _ . : /)",
+            quote(id)
+        ));
+    }
+    Ok(())
+}
+
+fn parse_uses(value: &str) -> Option<u32> {
+    if value.is_empty() || value.len() > 7 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok().filter(|n| (1..=MAX_USES).contains(n))
+}
+
+impl Constraints {
+    /// Merges one satisfied permit's constraints, keeping the strictest of each.
+    pub(super) fn tighten(&mut self, id: &str, c: &PolicyConstraints) {
+        if let Some(ttl) = c.ttl {
+            if self.ttl.as_ref().is_none_or(|(cur, _)| ttl < *cur) {
+                self.ttl = Some((ttl, id.to_string()));
+            }
+        }
+        if let Some(uses) = c.uses {
+            if self.uses.as_ref().is_none_or(|(cur, _)| uses < *cur) {
+                self.uses = Some((uses, id.to_string()));
+            }
+        }
+        if let Some(rate) = c.rate {
+            if self
+                .rate
+                .as_ref()
+                .is_none_or(|(cur, _)| rate.is_stricter_than(cur))
+            {
+                self.rate = Some((rate, id.to_string()));
+            }
+        }
+        if c.approval && self.approval.is_none() {
+            self.approval = Some(id.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(effect: Effect, pairs: &[(&str, &str)]) -> Parsed {
+        parse(effect, pairs.iter().copied())
+    }
+
+    #[test]
+    fn parses_all_constraints() {
+        let p = parsed(
+            Effect::Permit,
+            &[
+                ("id", "a"),
+                ("description", "anything goes here"),
+                ("ttl", "15m"),
+                ("uses", "20"),
+                ("rate", "60/min"),
+                ("approval", "required"),
+            ],
+        );
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        assert_eq!(p.id.as_deref(), Some("a"));
+        assert_eq!(p.constraints.ttl, Some(Duration::from_secs(900)));
+        assert_eq!(p.constraints.uses, Some(20));
+        assert_eq!(p.constraints.rate.map(|r| r.count), Some(60));
+        assert!(p.constraints.approval);
+    }
+
+    #[test]
+    fn rejects_bad_values_and_keys() {
+        let bad: [(&str, &str); 9] = [
+            ("ttl", "15 minutes"),
+            ("ttl", ""),
+            ("uses", "0"),
+            ("uses", "1000001"),
+            ("uses", "-1"),
+            ("rate", "fast"),
+            ("approval", "yes"),
+            ("id", "has space"),
+            ("color", "red"),
+        ];
+        for (k, v) in bad {
+            let p = parsed(Effect::Permit, &[(k, v)]);
+            assert_eq!(p.errors.len(), 1, "@{k}({v:?}) should fail");
+            assert_eq!(p.errors.first().map(|e| e.key.as_str()), Some(k));
+        }
+    }
+
+    #[test]
+    fn constraints_are_rejected_on_forbid() {
+        let p = parsed(
+            Effect::Forbid,
+            &[("id", "g"), ("description", "d"), ("ttl", "5m")],
+        );
+        assert_eq!(p.errors.len(), 1);
+        assert!(p.errors.iter().all(|e| e.key == "ttl"));
+        assert_eq!(p.id.as_deref(), Some("g"));
+    }
+
+    #[test]
+    fn tighten_keeps_the_strictest_and_who_set_it() {
+        let a = PolicyConstraints {
+            ttl: Some(Duration::from_secs(900)),
+            uses: Some(5),
+            rate: "60/min".parse().ok(),
+            approval: false,
+        };
+        let b = PolicyConstraints {
+            ttl: Some(Duration::from_secs(300)),
+            uses: Some(50),
+            rate: "10/min".parse().ok(),
+            approval: true,
+        };
+        let mut c = Constraints::default();
+        c.tighten("a", &a);
+        c.tighten("b", &b);
+        assert_eq!(c.ttl, Some((Duration::from_secs(300), "b".into())));
+        assert_eq!(c.uses, Some((5, "a".into())));
+        assert_eq!(c.rate.map(|(r, id)| (r.count, id)), Some((10, "b".into())));
+        assert_eq!(c.approval.as_deref(), Some("b"));
+    }
+}

@@ -1,0 +1,293 @@
+//! Loading a policy directory into a [`PolicyEngine`] snapshot.
+//!
+//! Why: a bad edit must never open or close the broker by accident, so loading either
+//! produces a fully checked snapshot or a list of located diagnostics and nothing else.
+//!
+//! Invariants: each `.cedar` file is parsed on its own so error offsets are relative to
+//! that file; policy ids are `@id` or `<file stem>#<index>` and unique across files;
+//! templates are rejected; policies are validated against the schema in strict mode;
+//! the transitive closure of user groups is computed once here, never per request.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use cedar_policy::{
+    Authorizer, Entities, Entity, EntityTypeName, PolicyId, PolicySet, Schema, ValidationMode,
+    Validator,
+};
+use miette::Diagnostic;
+
+use super::source::{annotation_offsets, label_offset, line_col, locate_in_order};
+use super::{annotations, PolicyDiagnostic, PolicyEngine, PolicyLoadError};
+
+/// A named source text.
+pub(super) struct Named<'a> {
+    name: String,
+    text: &'a str,
+}
+
+impl<'a> Named<'a> {
+    pub(super) fn new(name: impl Into<String>, text: &'a str) -> Self {
+        Named {
+            name: name.into(),
+            text,
+        }
+    }
+
+    fn diag(
+        &self,
+        offset: Option<usize>,
+        message: String,
+        hint: Option<String>,
+    ) -> PolicyDiagnostic {
+        let (line, column) = offset.map_or((0, 0), |o| line_col(self.text, o));
+        PolicyDiagnostic {
+            file: self.name.clone(),
+            line,
+            column,
+            message,
+            hint,
+        }
+    }
+
+    fn cedar_diag(&self, d: &dyn Diagnostic, fallback: Option<usize>) -> PolicyDiagnostic {
+        let hint = d.help().map(|h| h.to_string());
+        self.diag(label_offset(d).or(fallback), d.to_string(), hint)
+    }
+}
+
+pub(super) fn load_dir(dir: &Path) -> Result<PolicyEngine, PolicyLoadError> {
+    let read = |name: &str| -> Result<(String, String), PolicyLoadError> {
+        let path = dir.join(name);
+        let shown = path.display().to_string();
+        std::fs::read_to_string(&path)
+            .map(|text| (shown.clone(), text))
+            .map_err(|e| one(Named::new(shown, "").diag(None, format!("cannot read: {e}"), None)))
+    };
+    let listing = std::fs::read_dir(dir).map_err(|e| {
+        one(Named::new(dir.display().to_string(), "").diag(
+            None,
+            format!("cannot list policy directory: {e}"),
+            None,
+        ))
+    })?;
+    let mut names: Vec<PathBuf> = Vec::new();
+    for entry in listing {
+        let entry = entry.map_err(|e| {
+            one(Named::new(dir.display().to_string(), "").diag(
+                None,
+                format!("cannot list policy directory: {e}"),
+                None,
+            ))
+        })?;
+        let path = entry.path();
+        if path.extension().is_some_and(|x| x == "cedar") && path.is_file() {
+            names.push(path);
+        }
+    }
+    names.sort();
+    let mut files = Vec::with_capacity(names.len());
+    for path in &names {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        files.push(read(&name)?);
+    }
+    let (schema_name, schema) = read("schema.cedarschema")?;
+    let (entities_name, entities) = read("entities.json")?;
+    build(
+        &Named::new(schema_name, &schema),
+        &files,
+        &Named::new(entities_name, &entities),
+    )
+}
+
+fn one(d: PolicyDiagnostic) -> PolicyLoadError {
+    PolicyLoadError {
+        diagnostics: vec![d],
+    }
+}
+
+/// Where each policy came from, for diagnostics found after merging.
+struct Origin {
+    file: usize,
+    offset: Option<usize>,
+}
+
+pub(super) fn build(
+    schema_src: &Named<'_>,
+    files: &[(String, String)],
+    entities_src: &Named<'_>,
+) -> Result<PolicyEngine, PolicyLoadError> {
+    let mut diags = Vec::new();
+    let schema = match Schema::from_cedarschema_str(schema_src.text) {
+        Ok((schema, _warnings)) => Some(schema),
+        Err(e) => {
+            diags.push(schema_src.cedar_diag(&e, None));
+            None
+        }
+    };
+
+    let sources: Vec<Named<'_>> = files
+        .iter()
+        .map(|(n, t)| Named::new(n.clone(), t))
+        .collect();
+    let mut merged = PolicySet::new();
+    let mut constraints = HashMap::new();
+    let mut origins: HashMap<String, Origin> = HashMap::new();
+    for (file_idx, src) in sources.iter().enumerate() {
+        let set = match PolicySet::from_str(src.text) {
+            Ok(set) => set,
+            Err(errs) => {
+                diags.extend(errs.iter().map(|e| src.cedar_diag(e, None)));
+                continue;
+            }
+        };
+        // Cedar names policies and templates "policy<N>" in source order.
+        let mut items: Vec<(usize, String, Option<&cedar_policy::Policy>)> = set
+            .policies()
+            .map(|p| (index_of(p.id()), p.to_string(), Some(p)))
+            .chain(
+                set.templates()
+                    .map(|t| (index_of(t.id()), t.to_string(), None)),
+            )
+            .collect();
+        items.sort_by_key(|(n, _, _)| *n);
+        let offsets = locate_in_order(src.text, items.iter().map(|(_, t, _)| t.as_str()));
+        let stem = Path::new(&src.name)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for ((n, text, policy), offset) in items.iter().zip(offsets) {
+            let Some(policy) = policy else {
+                diags.push(src.diag(
+                    offset,
+                    "templates are not supported".into(),
+                    Some("use ?principal/?resource-free policies".into()),
+                ));
+                continue;
+            };
+            let parsed = annotations::parse(policy.effect(), policy.annotations());
+            let ann_offsets = annotation_offsets(text);
+            for err in parsed.errors {
+                let at = ann_offsets
+                    .iter()
+                    .find(|(k, _)| *k == err.key)
+                    .map(|(_, o)| *o);
+                let pos = offset.map(|o| o + at.unwrap_or(0));
+                diags.push(src.diag(pos, err.message, err.hint));
+            }
+            let id = parsed.id.unwrap_or_else(|| format!("{stem}#{n}"));
+            if let Some(prev) = origins.get(&id) {
+                let prev_file = sources.get(prev.file).map_or("?", |s| s.name.as_str());
+                diags.push(src.diag(
+                    offset,
+                    format!("duplicate policy id \"{id}\" (also in {prev_file})"),
+                    Some("policy ids must be unique across all files".into()),
+                ));
+                continue;
+            }
+            if let Err(e) = merged.add(policy.new_id(PolicyId::new(&id))) {
+                diags.push(src.diag(offset, e.to_string(), None));
+                continue;
+            }
+            if policy.effect() == cedar_policy::Effect::Permit {
+                constraints.insert(id.clone(), parsed.constraints);
+            }
+            origins.insert(
+                id,
+                Origin {
+                    file: file_idx,
+                    offset,
+                },
+            );
+        }
+    }
+
+    let (Some(schema), true) = (schema, diags.is_empty()) else {
+        return Err(PolicyLoadError { diagnostics: diags });
+    };
+    let validation = Validator::new(schema.clone()).validate(&merged, ValidationMode::Strict);
+    for err in validation.validation_errors() {
+        let origin = origins.get(AsRef::<str>::as_ref(err.policy_id()));
+        let src = origin
+            .and_then(|o| sources.get(o.file))
+            .unwrap_or(schema_src);
+        let fallback = origin.and_then(|o| o.offset);
+        diags.push(src.cedar_diag(err, fallback));
+    }
+
+    let user_type = type_name("Tessera::User", schema_src, &mut diags);
+    let resource_type = type_name("Tessera::Resource", schema_src, &mut diags);
+    let action_type = type_name("Tessera::Action", schema_src, &mut diags);
+    let store = Entities::from_json_str(entities_src.text, Some(&schema))
+        .map_err(|e| diags.push(entities_src.cedar_diag(&e, None)))
+        .ok();
+    let actions = schema
+        .action_entities()
+        .map_err(|e| diags.push(schema_src.cedar_diag(&e, None)))
+        .ok();
+    let (Some(user_type), Some(resource_type), Some(action_type), Some(store), Some(actions), true) = (
+        user_type,
+        resource_type,
+        action_type,
+        store,
+        actions,
+        diags.is_empty(),
+    ) else {
+        return Err(PolicyLoadError { diagnostics: diags });
+    };
+
+    let users = store
+        .iter()
+        .filter(|e| e.uid().type_name() == &user_type)
+        .map(|e| {
+            let uid = e.uid();
+            let groups: HashSet<_> = store
+                .ancestors(&uid)
+                .map(|a| a.cloned().collect())
+                .unwrap_or_default();
+            (
+                uid.id().unescaped().to_string(),
+                Entity::new_no_attrs(uid, groups),
+            )
+        })
+        .collect();
+    let actions = actions
+        .iter()
+        .filter(|e| e.uid().type_name() == &action_type)
+        .map(|e| (e.uid().id().unescaped().to_string(), e.clone()))
+        .collect();
+    Ok(PolicyEngine {
+        schema,
+        policies: merged,
+        authorizer: Authorizer::new(),
+        constraints,
+        users,
+        actions,
+        user_type,
+        resource_type,
+    })
+}
+
+/// N of a Cedar-generated "policy<N>" id (source order within one file).
+fn index_of(id: &PolicyId) -> usize {
+    id.to_string()
+        .strip_prefix("policy")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+fn type_name(
+    name: &str,
+    schema_src: &Named<'_>,
+    diags: &mut Vec<PolicyDiagnostic>,
+) -> Option<EntityTypeName> {
+    EntityTypeName::from_str(name)
+        .map_err(|e| {
+            diags.push(schema_src.diag(None, format!("internal: bad type name {name}: {e}"), None))
+        })
+        .ok()
+}

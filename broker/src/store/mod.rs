@@ -1,0 +1,194 @@
+//! Durable state on SQLite (embedded default) or PostgreSQL, through sqlx.
+//!
+//! Both dialects share one schema shape (`migrations/sqlite`, `migrations/postgres`)
+//! and one set of queries, written with `$N` placeholders and rewritten to `?N`
+//! for SQLite by [`Store::sql`]. Reads go through a pool; every write goes through
+//! the [`writer::Writer`], which groups concurrent requests' writes into shared
+//! commits (group commit) and answers each request only after its commit.
+//!
+//! Any store failure maps to [`StoreError::Unavailable`] and, at the HTTP edge, a
+//! 503: the broker fails closed and issues nothing it could not record.
+
+pub mod capabilities;
+pub mod keys;
+pub mod runs;
+pub mod runtimes;
+pub mod writer;
+
+use crate::clock::Clock;
+use crate::config::StoreUrl;
+use secrecy::ExposeSecret;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor};
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::time::Duration;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("{0} already exists")]
+    Conflict(&'static str),
+    #[error("store data unreadable: {0}")]
+    Corrupt(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &e {
+            if db.is_unique_violation() {
+                return StoreError::Conflict("record");
+            }
+        }
+        StoreError::Unavailable(e.to_string())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    dialect: Dialect,
+    writer: writer::Writer,
+    clock: Clock,
+}
+
+/// Connection URL and the statements each new connection runs first.
+fn connect_spec(url: &StoreUrl) -> (String, Dialect, &'static [&'static str]) {
+    match url {
+        StoreUrl::Sqlite(path) => (
+            format!("sqlite://{}?mode=rwc", path.display()),
+            Dialect::Sqlite,
+            &[
+                "PRAGMA journal_mode = WAL",
+                "PRAGMA synchronous = FULL",
+                "PRAGMA busy_timeout = 5000",
+                "PRAGMA foreign_keys = ON",
+            ],
+        ),
+        StoreUrl::Postgres(u) => (
+            u.expose_secret().to_owned(),
+            Dialect::Postgres,
+            &["SET statement_timeout = '10s'"],
+        ),
+    }
+}
+
+async fn open_connection(
+    url: &str,
+    init: &'static [&'static str],
+) -> Result<AnyConnection, StoreError> {
+    let opts =
+        AnyConnectOptions::from_str(url).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+    let mut conn = tokio::time::timeout(Duration::from_secs(5), AnyConnection::connect_with(&opts))
+        .await
+        .map_err(|_| StoreError::Unavailable("connect timed out".into()))??;
+    for stmt in init {
+        conn.execute(*stmt).await?;
+    }
+    Ok(conn)
+}
+
+impl Store {
+    /// Connects, applies migrations and starts the writer.
+    pub async fn open(
+        url: &StoreUrl,
+        max_connections: u32,
+        clock: Clock,
+    ) -> Result<Store, StoreError> {
+        sqlx::any::install_default_drivers();
+        let (url, dialect, init) = connect_spec(url);
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(3))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    for stmt in init {
+                        conn.execute(*stmt).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await?;
+        let migrator = match dialect {
+            Dialect::Sqlite => &SQLITE_MIGRATOR,
+            Dialect::Postgres => &POSTGRES_MIGRATOR,
+        };
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
+        let writer_url = url.clone();
+        let writer = writer::Writer::start(
+            dialect,
+            clock.clone(),
+            Box::new(move || {
+                let u = writer_url.clone();
+                Box::pin(async move { open_connection(&u, init).await })
+            }),
+        );
+        Ok(Store {
+            pool,
+            dialect,
+            writer,
+            clock,
+        })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub fn writer(&self) -> &writer::Writer {
+        &self.writer
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Rewrites `$N` placeholders for SQLite (`?N`, which binds by explicit index).
+    pub fn sql(&self, q: &'static str) -> Cow<'static, str> {
+        sql_for(self.dialect, q)
+    }
+
+    /// True when the store answers a trivial query in time.
+    pub async fn ping(&self) -> bool {
+        let q = sqlx::query("SELECT 1").execute(&self.pool);
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), q).await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+pub fn sql_for(dialect: Dialect, q: &'static str) -> Cow<'static, str> {
+    match dialect {
+        Dialect::Postgres => Cow::Borrowed(q),
+        Dialect::Sqlite => Cow::Owned(q.replace('$', "?")),
+    }
+}
+
+/// Reads a column that the schema guarantees, mapping a mismatch to `Corrupt`.
+pub(crate) fn col<'r, T>(row: &'r sqlx::any::AnyRow, name: &str) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+{
+    use sqlx::Row;
+    row.try_get(name)
+        .map_err(|e| StoreError::Corrupt(format!("column {name}: {e}")))
+}

@@ -1,0 +1,228 @@
+//! Runs: one agent execution for one user and task, holding one run token.
+//!
+//! A run is active until it is ended or its expiry passes; both make every
+//! capability in it inactive. Ending is idempotent: the first end revokes, a repeat
+//! finds nothing left to revoke and says so.
+
+use super::writer::{BoxFuture, WriteCtx, WriteOp};
+use super::{col, Store, StoreError};
+use crate::audit::AuditEvent;
+use std::collections::BTreeMap;
+use tessera_client::types::RevokedCounts;
+
+#[derive(Debug, Clone)]
+pub struct RunRecord {
+    pub id: String,
+    pub runtime_id: String,
+    pub runtime_name: String,
+    pub user: String,
+    pub task_id: String,
+    pub task_kind: String,
+    pub task_attributes: BTreeMap<String, String>,
+    pub labels: Vec<String>,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub ended_at: Option<i64>,
+}
+
+/// Whether a run can still be used at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    Active,
+    Ended,
+    Expired,
+}
+
+impl RunState {
+    pub fn of(ended_at: Option<i64>, expires_at: i64, now: i64) -> RunState {
+        if ended_at.is_some() {
+            RunState::Ended
+        } else if now >= expires_at {
+            RunState::Expired
+        } else {
+            RunState::Active
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Active => "active",
+            RunState::Ended => "ended",
+            RunState::Expired => "expired",
+        }
+    }
+}
+
+impl RunRecord {
+    pub fn state(&self, now: i64) -> RunState {
+        RunState::of(self.ended_at, self.expires_at, now)
+    }
+}
+
+pub struct CreateRun {
+    pub record: RunRecord,
+    pub token_hash: String,
+    pub audit: AuditEvent,
+}
+
+impl WriteOp for CreateRun {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let r = &self.record;
+            let attrs = serde_json::to_string(&r.task_attributes).unwrap_or_default();
+            let labels = serde_json::to_string(&r.labels).unwrap_or_default();
+            let q = ctx.sql(
+                "INSERT INTO runs (id, token_hash, runtime_id, runtime_name, user_name, task_id, task_kind, \
+                 task_attributes, labels, created_at, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            );
+            sqlx::query(&q)
+                .bind(&r.id)
+                .bind(&self.token_hash)
+                .bind(&r.runtime_id)
+                .bind(&r.runtime_name)
+                .bind(&r.user)
+                .bind(&r.task_id)
+                .bind(&r.task_kind)
+                .bind(attrs)
+                .bind(labels)
+                .bind(r.created_at)
+                .bind(r.expires_at)
+                .execute(&mut *ctx.conn)
+                .await?;
+            ctx.audit(&self.audit).await
+        })
+    }
+}
+
+/// Ends a run and revokes everything in it. `runtime_id` restricts the end to
+/// runs of that runtime (admins pass `None`). Returns `None` when no such run is
+/// visible to the caller.
+pub struct EndRun {
+    pub run_id: String,
+    pub runtime_id: Option<String>,
+    pub reason: &'static str,
+    pub audit: AuditEvent,
+}
+
+impl WriteOp for EndRun {
+    type Output = Option<RevokedCounts>;
+    fn apply<'a>(
+        &'a self,
+        ctx: &'a mut WriteCtx<'_>,
+    ) -> BoxFuture<'a, Result<Self::Output, sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            let q = ctx.sql("SELECT runtime_id, ended_at FROM runs WHERE id = $1");
+            let Some(row) = sqlx::query(&q)
+                .bind(&self.run_id)
+                .fetch_optional(&mut *ctx.conn)
+                .await?
+            else {
+                return Ok(None);
+            };
+            let owner: String = sqlx::Row::try_get(&row, "runtime_id")?;
+            let ended_at: Option<i64> = sqlx::Row::try_get(&row, "ended_at")?;
+            if self.runtime_id.as_ref().is_some_and(|rt| *rt != owner) {
+                return Ok(None);
+            }
+            let mut counts = RevokedCounts::default();
+            if ended_at.is_none() {
+                let q = ctx.sql("UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL");
+                sqlx::query(&q)
+                    .bind(now)
+                    .bind(self.reason)
+                    .bind(&self.run_id)
+                    .execute(&mut *ctx.conn)
+                    .await?;
+                let q = ctx.sql(
+                    "UPDATE capabilities SET revoked_at = $1, revoke_reason = 'run_ended' \
+                     WHERE run_id = $2 AND revoked_at IS NULL",
+                );
+                counts.capabilities = sqlx::query(&q)
+                    .bind(now)
+                    .bind(&self.run_id)
+                    .execute(&mut *ctx.conn)
+                    .await?
+                    .rows_affected();
+                let q = ctx.sql(
+                    "UPDATE leases SET revoked_at = $1 WHERE run_id = $2 AND revoked_at IS NULL",
+                );
+                counts.leases = sqlx::query(&q)
+                    .bind(now)
+                    .bind(&self.run_id)
+                    .execute(&mut *ctx.conn)
+                    .await?
+                    .rows_affected();
+                let mut ev = self.audit.clone();
+                ev.detail = Some(format!(
+                    "capabilities={} leases={} pending={}",
+                    counts.capabilities, counts.leases, counts.pending
+                ));
+                ctx.audit(&ev).await?;
+            }
+            Ok(Some(counts))
+        })
+    }
+}
+
+const RUN_COLUMNS: &str =
+    "id, runtime_id, runtime_name, user_name, task_id, task_kind, task_attributes, labels, \
+                           created_at, expires_at, ended_at";
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<RunRecord, StoreError> {
+    let attrs: String = col(row, "task_attributes")?;
+    let labels: String = col(row, "labels")?;
+    Ok(RunRecord {
+        id: col(row, "id")?,
+        runtime_id: col(row, "runtime_id")?,
+        runtime_name: col(row, "runtime_name")?,
+        user: col(row, "user_name")?,
+        task_id: col(row, "task_id")?,
+        task_kind: col(row, "task_kind")?,
+        task_attributes: serde_json::from_str(&attrs)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        labels: serde_json::from_str(&labels).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        created_at: col(row, "created_at")?,
+        expires_at: col(row, "expires_at")?,
+        ended_at: col(row, "ended_at")?,
+    })
+}
+
+pub async fn find_by_token_hash(
+    store: &Store,
+    token_hash: &str,
+) -> Result<Option<RunRecord>, StoreError> {
+    let q = format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE token_hash = {}",
+        store.sql("$1")
+    );
+    let row = sqlx::query(&q)
+        .bind(token_hash)
+        .fetch_optional(store.pool())
+        .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+pub async fn find(store: &Store, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+    let q = format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE id = {}",
+        store.sql("$1")
+    );
+    let row = sqlx::query(&q)
+        .bind(run_id)
+        .fetch_optional(store.pool())
+        .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// Whether the run has ended, straight from the store (not from any cache).
+pub async fn ended_at(store: &Store, run_id: &str) -> Result<Option<Option<i64>>, StoreError> {
+    let q = store.sql("SELECT ended_at FROM runs WHERE id = $1");
+    let row = sqlx::query(&q)
+        .bind(run_id)
+        .fetch_optional(store.pool())
+        .await?;
+    row.as_ref().map(|r| col(r, "ended_at")).transpose()
+}

@@ -1,0 +1,380 @@
+//! The single writer: group commit without ever answering before the commit.
+//!
+//! Every state change is a [`WriteOp`] submitted to one writer task per broker
+//! process. The task drains whatever ops are queued (up to [`MAX_BATCH`]), applies
+//! them in order inside one transaction, appends their audit rows to the hash
+//! chain, commits once, and only then answers each submitter. Concurrent requests
+//! therefore share one durable commit (one fsync on SQLite) instead of paying one
+//! each, and no token leaves the process before the row that records it is durable.
+//!
+//! Ops report business outcomes (rate limited, run ended, …) as values, so one
+//! request's refusal never aborts its neighbours. If a batch fails on a database
+//! error, it is rolled back and each op is retried alone, so one bad op cannot
+//! fail the others; if the connection itself is lost, every op in the batch gets
+//! [`StoreError::Unavailable`] and the connection is reopened on the next batch.
+//!
+//! On PostgreSQL with several replicas, each replica has its own writer; they
+//! serialise only on the audit chain's head row (`SELECT … FOR UPDATE`), once per
+//! batch.
+
+use super::{sql_for, Dialect, StoreError};
+use crate::audit::{chain_hash, AuditEvent};
+use crate::clock::Clock;
+use sqlx::{AnyConnection, Executor, Row};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Most ops applied in one transaction.
+pub const MAX_BATCH: usize = 512;
+/// Longest a batch may take before its connection is abandoned.
+const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a submitter waits for its answer.
+const SUBMIT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The transaction an op runs in, plus the audit chain's tip.
+pub struct WriteCtx<'c> {
+    pub conn: &'c mut AnyConnection,
+    pub dialect: Dialect,
+    pub now_ms: i64,
+    head_seq: i64,
+    head_hash: String,
+}
+
+impl WriteCtx<'_> {
+    pub fn sql(&self, q: &'static str) -> std::borrow::Cow<'static, str> {
+        sql_for(self.dialect, q)
+    }
+
+    pub fn now(&self) -> i64 {
+        self.now_ms.div_euclid(1000)
+    }
+
+    /// Appends one event to the audit chain, in this transaction.
+    pub async fn audit(&mut self, event: &AuditEvent) -> Result<(), sqlx::Error> {
+        let seq = self.head_seq + 1;
+        let hash = chain_hash(&self.head_hash, seq, self.now_ms, event);
+        let q = self.sql(
+            "INSERT INTO audit (seq, at_ms, event, actor, decision, reason, run_id, capability_id, \
+             user_name, action, resource, request_id, detail, prev_hash, hash) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        );
+        sqlx::query(&q)
+            .bind(seq)
+            .bind(self.now_ms)
+            .bind(event.event)
+            .bind(&event.actor)
+            .bind(event.decision)
+            .bind(&event.reason)
+            .bind(&event.run_id)
+            .bind(&event.capability_id)
+            .bind(&event.user)
+            .bind(&event.action)
+            .bind(&event.resource)
+            .bind(&event.request_id)
+            .bind(&event.detail)
+            .bind(&self.head_hash)
+            .bind(&hash)
+            .execute(&mut *self.conn)
+            .await?;
+        self.head_seq = seq;
+        self.head_hash = hash;
+        Ok(())
+    }
+}
+
+/// One state change. `apply` may run more than once (a failed batch is retried op
+/// by op), always in a fresh transaction, so it must not keep state between runs.
+pub trait WriteOp: Send + Sync + 'static {
+    type Output: Send + 'static;
+    fn apply<'a>(
+        &'a self,
+        ctx: &'a mut WriteCtx<'_>,
+    ) -> BoxFuture<'a, Result<Self::Output, sqlx::Error>>;
+}
+
+trait Job: Send {
+    fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+    fn discard(&mut self);
+    fn finish(self: Box<Self>, error: Option<StoreError>);
+}
+
+struct Pending<O: WriteOp> {
+    op: O,
+    out: Option<O::Output>,
+    reply: oneshot::Sender<Result<O::Output, StoreError>>,
+}
+
+impl<O: WriteOp> Job for Pending<O> {
+    fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let out = self.op.apply(ctx).await?;
+            self.out = Some(out);
+            Ok(())
+        })
+    }
+
+    fn discard(&mut self) {
+        self.out = None;
+    }
+
+    fn finish(self: Box<Self>, error: Option<StoreError>) {
+        let result = match (error, self.out) {
+            (None, Some(out)) => Ok(out),
+            (Some(e), _) => Err(e),
+            (None, None) => Err(StoreError::Unavailable("write produced no result".into())),
+        };
+        let _ = self.reply.send(result);
+    }
+}
+
+pub type Connector =
+    Box<dyn Fn() -> BoxFuture<'static, Result<AnyConnection, StoreError>> + Send + Sync>;
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+pub struct WriterStats {
+    pub commits: AtomicU64,
+    pub ops: AtomicU64,
+    pub failed_batches: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct Writer {
+    tx: mpsc::Sender<Box<dyn Job>>,
+    stats: Arc<WriterStats>,
+}
+
+impl Writer {
+    pub fn start(dialect: Dialect, clock: Clock, connect: Connector) -> Writer {
+        let (tx, rx) = mpsc::channel(8 * MAX_BATCH);
+        let stats = Arc::new(WriterStats::default());
+        tokio::spawn(run(rx, connect, dialect, clock, stats.clone()));
+        Writer { tx, stats }
+    }
+
+    pub fn stats(&self) -> &WriterStats {
+        &self.stats
+    }
+
+    /// Applies `op` durably; returns only after its transaction committed.
+    pub async fn submit<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(Pending {
+            op,
+            out: None,
+            reply,
+        });
+        self.tx
+            .send(job)
+            .await
+            .map_err(|_| StoreError::Unavailable("writer stopped".into()))?;
+        match tokio::time::timeout(SUBMIT_TIMEOUT, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(StoreError::Unavailable("writer dropped the request".into())),
+            Err(_) => Err(StoreError::Unavailable("write timed out".into())),
+        }
+    }
+}
+
+async fn run(
+    mut rx: mpsc::Receiver<Box<dyn Job>>,
+    connect: Connector,
+    dialect: Dialect,
+    clock: Clock,
+    stats: Arc<WriterStats>,
+) {
+    let mut conn: Option<AnyConnection> = None;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let c = match conn.take() {
+            Some(c) => c,
+            None => match connect().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(error = %e, "writer cannot reach the store");
+                    fail_all(batch, &e);
+                    continue;
+                }
+            },
+        };
+        conn = commit_batch(c, batch, dialect, &clock, &stats).await;
+    }
+}
+
+fn fail_all(batch: Vec<Box<dyn Job>>, e: &StoreError) {
+    for job in batch {
+        job.finish(Some(e.clone()));
+    }
+}
+
+/// Commits the batch, retrying op by op on a database error. Returns the
+/// connection if it is still usable.
+async fn commit_batch(
+    mut conn: AnyConnection,
+    mut batch: Vec<Box<dyn Job>>,
+    dialect: Dialect,
+    clock: &Clock,
+    stats: &WriterStats,
+) -> Option<AnyConnection> {
+    let n = batch.len() as u64;
+    match attempt(&mut conn, &mut batch, dialect, clock).await {
+        Ok(()) => {
+            stats.commits.fetch_add(1, Ordering::Relaxed);
+            stats.ops.fetch_add(n, Ordering::Relaxed);
+            for job in batch {
+                job.finish(None);
+            }
+            Some(conn)
+        }
+        Err(e) => {
+            stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+            let lost = !matches!(e, AttemptError::Db(_));
+            let err = match e {
+                AttemptError::Db(db) => StoreError::from(db),
+                AttemptError::Lost(db) => StoreError::Unavailable(db.to_string()),
+                AttemptError::TimedOut => StoreError::Unavailable("write batch timed out".into()),
+            };
+            if lost || batch.len() == 1 {
+                tracing::warn!(error = %err, ops = n, "write batch failed");
+                fail_all(batch, &err);
+                return (!lost).then_some(conn);
+            }
+            // One op broke the batch: give every op its own transaction.
+            for job in batch {
+                let mut single = vec![job];
+                match attempt(&mut conn, &mut single, dialect, clock).await {
+                    Ok(()) => {
+                        stats.commits.fetch_add(1, Ordering::Relaxed);
+                        stats.ops.fetch_add(1, Ordering::Relaxed);
+                        fail_or_finish(single, None);
+                    }
+                    Err(AttemptError::Db(db)) => fail_or_finish(single, Some(StoreError::from(db))),
+                    Err(_) => {
+                        fail_or_finish(
+                            single,
+                            Some(StoreError::Unavailable("connection lost".into())),
+                        );
+                        return None;
+                    }
+                }
+            }
+            Some(conn)
+        }
+    }
+}
+
+fn fail_or_finish(jobs: Vec<Box<dyn Job>>, e: Option<StoreError>) {
+    for job in jobs {
+        job.finish(e.clone());
+    }
+}
+
+enum AttemptError {
+    /// The database refused a statement; the connection is fine.
+    Db(sqlx::Error),
+    /// The connection failed.
+    Lost(sqlx::Error),
+    TimedOut,
+}
+
+fn classify(e: sqlx::Error) -> AttemptError {
+    match e {
+        sqlx::Error::Database(_) => AttemptError::Db(e),
+        other => AttemptError::Lost(other),
+    }
+}
+
+async fn attempt(
+    conn: &mut AnyConnection,
+    batch: &mut [Box<dyn Job>],
+    dialect: Dialect,
+    clock: &Clock,
+) -> Result<(), AttemptError> {
+    let result = tokio::time::timeout(BATCH_TIMEOUT, apply_all(conn, batch, dialect, clock)).await;
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            for job in batch.iter_mut() {
+                job.discard();
+            }
+            let e = classify(e);
+            if matches!(e, AttemptError::Db(_)) && conn.execute("ROLLBACK").await.is_err() {
+                return Err(AttemptError::Lost(sqlx::Error::PoolClosed));
+            }
+            Err(e)
+        }
+        Err(_) => {
+            for job in batch.iter_mut() {
+                job.discard();
+            }
+            Err(AttemptError::TimedOut)
+        }
+    }
+}
+
+async fn apply_all(
+    conn: &mut AnyConnection,
+    batch: &mut [Box<dyn Job>],
+    dialect: Dialect,
+    clock: &Clock,
+) -> Result<(), sqlx::Error> {
+    let (begin, head_sql) = match dialect {
+        Dialect::Sqlite => (
+            "BEGIN IMMEDIATE",
+            "SELECT seq, hash FROM audit_head WHERE id = 1",
+        ),
+        Dialect::Postgres => (
+            "BEGIN",
+            "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE",
+        ),
+    };
+    conn.execute(begin).await?;
+    let head = sqlx::query(head_sql).fetch_one(&mut *conn).await?;
+    let head_seq: i64 = head.try_get("seq")?;
+    let head_hash: String = head.try_get("hash")?;
+    let mut ctx = WriteCtx {
+        conn,
+        dialect,
+        now_ms: clock.now_ms(),
+        head_seq,
+        head_hash,
+    };
+    for job in batch.iter_mut() {
+        job.run(&mut ctx).await?;
+    }
+    if ctx.head_seq != head_seq {
+        let q = sql_for(
+            dialect,
+            "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1",
+        );
+        sqlx::query(&q)
+            .bind(ctx.head_seq)
+            .bind(&ctx.head_hash)
+            .execute(&mut *ctx.conn)
+            .await?;
+    }
+    ctx.conn.execute("COMMIT").await?;
+    Ok(())
+}
+
+/// An audit row on its own (decisions that change no other state, e.g. a denial).
+pub struct AppendAudit(pub AuditEvent);
+
+impl WriteOp for AppendAudit {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move { ctx.audit(&self.0).await })
+    }
+}

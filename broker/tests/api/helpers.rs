@@ -1,0 +1,332 @@
+//! One `TestApp`: the real router on port 0 over a fresh store (a temporary
+//! SQLite file, or a fresh schema in the PostgreSQL server on this machine), with
+//! helpers per endpoint. `both_stores!` runs a test body against both stores.
+//!
+//! PostgreSQL is not optional: if it cannot be reached the PostgreSQL variants
+//! fail, they never skip. `TESSERA_TEST_PG_URL` overrides the server URL.
+
+use reqwest::{Response, StatusCode};
+use secrecy::ExposeSecret;
+use serde_json::{json, Value};
+use sqlx::{Connection, Executor};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use tessera_broker::app::{App, AppState};
+use tessera_broker::clock::Clock;
+use tessera_broker::config::{Config, Overrides};
+use tessera_broker::ids::{new_secret, secret_hash, ADMIN_TOKEN_PREFIX};
+use tessera_broker::keys::Kek;
+use tessera_broker::policy::PolicyEngine;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+pub fn pg_url() -> String {
+    std::env::var("TESSERA_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+pub const TEST_POLICY: &str = r#"
+@id("readers") @ttl("10m") @uses("3")
+permit (principal in Tessera::Group::"analysts", action == Tessera::Action::"read", resource)
+when { resource.backend == "svc-reports" && resource.path like "reports/*" };
+
+@id("rita-rate") @rate("3/min") @ttl("1m")
+permit (principal == Tessera::User::"rita", action == Tessera::Action::"read", resource)
+when { resource.backend == "svc-reports" };
+
+@id("ursula-many-uses") @uses("50")
+permit (principal == Tessera::User::"ursula", action == Tessera::Action::"read", resource)
+when { resource.backend == "svc-reports" };
+
+@id("needs-human") @approval("required") @ttl("5m")
+permit (principal == Tessera::User::"bob", action == Tessera::Action::"invoke", resource);
+
+@id("billing-for-summaries")
+permit (principal in Tessera::Group::"analysts", action == Tessera::Action::"write", resource)
+when { resource.backend == "svc-billing" && context.task.kind == "summarize" };
+
+@id("no-untrusted")
+forbid (principal, action, resource) when { context.run.labels.contains("untrusted-input") };
+"#;
+
+pub const TEST_ENTITIES: &str = r#"[
+  { "uid": { "type": "Tessera::Group", "id": "analysts" }, "attrs": {}, "parents": [] },
+  { "uid": { "type": "Tessera::User", "id": "alice" }, "attrs": {},
+    "parents": [{ "type": "Tessera::Group", "id": "analysts" }] }
+]"#;
+
+pub const TEST_CONFIG: &str = r#"
+[limits]
+max_capability_ttl = "1h"
+default_capability_ttl = "5m"
+max_run_ttl = "2h"
+
+[backends.svc-reports]
+kind = "token"
+audience = "https://reports.internal"
+
+[backends.svc-billing]
+kind = "token"
+audience = "https://billing.internal"
+actions = ["read", "write"]
+"#;
+
+pub fn test_policy() -> PolicyEngine {
+    let schema = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../policy/schema.cedarschema"
+    ))
+    .expect("shipped schema");
+    PolicyEngine::from_sources(
+        &schema,
+        &[("test.cedar".to_owned(), TEST_POLICY.to_owned())],
+        TEST_ENTITIES,
+    )
+    .expect("test policy loads")
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    pub client: reqwest::Client,
+    pub admin_token: String,
+    _dir: TempDir,
+}
+
+/// A directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("tessera-test-{}", tessera_broker::ids::new_id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh PostgreSQL schema; returns a URL whose connections use it.
+pub async fn fresh_pg_schema(server_url: &str) -> String {
+    let schema = format!(
+        "t_{}",
+        tessera_broker::ids::hex(&tessera_broker::ids::random_bytes::<8>())
+    );
+    let mut conn = sqlx::PgConnection::connect(&pg_url())
+        .await
+        .expect("PostgreSQL must be running on 127.0.0.1:5432 (see .ci/run)");
+    conn.execute(format!("CREATE SCHEMA {schema}").as_str())
+        .await
+        .expect("create schema");
+    let sep = if server_url.contains('?') { '&' } else { '?' };
+    format!("{server_url}{sep}options=-c%20search_path%3D{schema}")
+}
+
+impl TestApp {
+    pub async fn spawn(db: Db) -> TestApp {
+        Self::spawn_with(db, None).await
+    }
+
+    /// `pg_server`: where PostgreSQL is reached (e.g. through a test proxy).
+    pub async fn spawn_with(db: Db, pg_server: Option<String>) -> TestApp {
+        let dir = TempDir::new();
+        let store_url = match db {
+            Db::Sqlite => format!("sqlite://{}", dir.0.join("tessera.db").display()),
+            Db::Postgres => fresh_pg_schema(&pg_server.unwrap_or_else(pg_url)).await,
+        };
+        let env = move |k: &str| (k == "TESSERA_STORE_URL").then(|| store_url.clone());
+        let config = Config::from_toml(
+            TEST_CONFIG,
+            &Overrides {
+                dev: true,
+                data_dir: Some(dir.0.clone()),
+                ..Default::default()
+            },
+            &env,
+        )
+        .expect("test config");
+        let admin = new_secret(ADMIN_TOKEN_PREFIX);
+        let state = App::build(
+            config,
+            Kek::generate().0,
+            test_policy(),
+            Some(secret_hash(&admin)),
+            Clock::new(),
+        )
+        .await
+        .expect("app builds");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let router = tessera_broker::api::router(state.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        TestApp {
+            addr,
+            state,
+            client: reqwest::Client::new(),
+            admin_token: admin.expose_secret().to_owned(),
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn post(&self, path: &str, bearer: Option<&str>, body: Value) -> Response {
+        let mut req = self.client.post(self.url(path)).json(&body);
+        if let Some(b) = bearer {
+            req = req.bearer_auth(b);
+        }
+        req.send().await.expect("request")
+    }
+
+    pub async fn get(&self, path: &str, bearer: Option<&str>) -> Response {
+        let mut req = self.client.get(self.url(path));
+        if let Some(b) = bearer {
+            req = req.bearer_auth(b);
+        }
+        req.send().await.expect("request")
+    }
+
+    pub async fn create_runtime(&self, name: &str, users: &str, kinds: &str) -> String {
+        let resp = self
+            .post(
+                "/v1/admin/runtimes",
+                Some(&self.admin_token),
+                json!({ "name": name, "users": users, "task_kinds": kinds }),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let v: Value = resp.json().await.expect("json");
+        v["key"].as_str().expect("key").to_owned()
+    }
+
+    pub async fn start_run_with(
+        &self,
+        runtime_key: &str,
+        user: &str,
+        kind: &str,
+        labels: &[&str],
+    ) -> Response {
+        self.post(
+            "/v1/runs",
+            Some(runtime_key),
+            json!({ "user": user, "task": { "id": "t-1", "kind": kind, "attributes": {} }, "ttl": "30m", "labels": labels }),
+        )
+        .await
+    }
+
+    /// Starts a run; returns (run id, run token).
+    pub async fn start_run(&self, runtime_key: &str, user: &str, kind: &str) -> (String, String) {
+        let resp = self.start_run_with(runtime_key, user, kind, &[]).await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let v: Value = resp.json().await.expect("json");
+        (
+            v["run_id"].as_str().expect("id").to_owned(),
+            v["run_token"].as_str().expect("token").to_owned(),
+        )
+    }
+
+    /// A runtime "rt" for everyone and a run for `user`.
+    pub async fn run_for(&self, user: &str) -> (String, String, String) {
+        let key = self
+            .create_runtime(
+                &format!("rt-{}", &tessera_broker::ids::new_id()[..8]),
+                "*",
+                "*",
+            )
+            .await;
+        let (id, token) = self.start_run(&key, user, "summarize").await;
+        (key, id, token)
+    }
+
+    pub async fn capability(&self, run_token: &str, action: &str, resource: &str) -> Response {
+        self.post(
+            "/v1/capabilities",
+            Some(run_token),
+            json!({ "action": action, "resource": resource }),
+        )
+        .await
+    }
+
+    /// Asks for a capability that must be issued; returns the response body.
+    pub async fn capability_ok(&self, run_token: &str, action: &str, resource: &str) -> Value {
+        let resp = self.capability(run_token, action, resource).await;
+        let status = resp.status();
+        let v: Value = resp.json().await.expect("json");
+        assert_eq!(status, StatusCode::CREATED, "{v}");
+        v
+    }
+
+    pub async fn exchange(&self, capability: &str) -> Response {
+        self.post("/v1/exchange", None, json!({ "capability": capability }))
+            .await
+    }
+
+    pub async fn introspect(&self, bearer: &str, token: &str) -> Value {
+        let resp = self
+            .post("/v1/introspect", Some(bearer), json!({ "token": token }))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.json().await.expect("json")
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        let q = format!("SELECT COUNT(*) AS n FROM {table}");
+        let row = sqlx::query(&q)
+            .fetch_one(self.state.store.pool())
+            .await
+            .expect("count");
+        sqlx::Row::try_get::<i64, _>(&row, "n").expect("n")
+    }
+}
+
+/// Asserts an error response: status, stable code, request id present.
+pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Value {
+    assert_eq!(resp.status(), status, "expected {status} {code}");
+    let header_id = resp
+        .headers()
+        .get("x-request-id")
+        .map(|v| v.to_str().expect("ascii").to_owned());
+    let v: Value = resp.json().await.expect("error body is JSON");
+    assert_eq!(v["error"]["code"], code, "{v}");
+    let rid = v["error"]["request_id"].as_str().expect("request id");
+    assert!(rid.starts_with("req_"));
+    assert_eq!(Some(rid.to_owned()), header_id);
+    assert!(v["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+    v
+}
+
+/// Runs one async test body against SQLite and against PostgreSQL.
+#[macro_export]
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::helpers::TestApp::spawn($crate::helpers::Db::Sqlite).await).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::helpers::TestApp::spawn($crate::helpers::Db::Postgres).await).await
+                }
+            }
+        )*
+    };
+}

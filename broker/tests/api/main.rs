@@ -1,0 +1,13 @@
+//! End-to-end tests of the real router against real SQLite and real PostgreSQL.
+
+#![allow(clippy::unwrap_used)]
+
+mod helpers;
+
+mod capabilities;
+mod exchange;
+mod inputs;
+mod keys;
+mod runs;
+mod store;
+mod tokens;

@@ -1,0 +1,252 @@
+//! The store: fail closed, readiness, audit chain, no secret at rest, metrics, OpenAPI.
+
+use crate::both_stores;
+use crate::helpers::{assert_error, Db, TestApp};
+use reqwest::StatusCode;
+use serde_json::Value;
+use sqlx::Row;
+use std::sync::Arc;
+use tessera_broker::audit::{chain_hash, AuditEvent, GENESIS_HASH};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+both_stores!(
+    audit_chain_links_every_decision,
+    no_secret_is_stored_or_audited,
+    health_metrics_and_openapi,
+);
+
+async fn audit_chain_links_every_decision(app: TestApp) {
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
+    let _ = app.capability(&token, "read", "svc-reports:secret").await;
+    app.exchange(cap["token"].as_str().unwrap()).await;
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
+        .fetch_all(app.state.store.pool())
+        .await
+        .unwrap();
+    let events: Vec<String> = rows
+        .iter()
+        .map(|r| r.try_get::<String, _>("event").unwrap())
+        .collect();
+    for e in [
+        "key.created",
+        "runtime.created",
+        "run.started",
+        "capability.issued",
+        "capability.denied",
+        "exchange.succeeded",
+        "run.ended",
+    ] {
+        assert!(events.iter().any(|x| x == e), "{e} missing from {events:?}");
+    }
+    let mut prev = GENESIS_HASH.to_owned();
+    for (i, r) in rows.iter().enumerate() {
+        let seq: i64 = r.try_get("seq").unwrap();
+        assert_eq!(seq, i as i64 + 1);
+        assert_eq!(r.try_get::<String, _>("prev_hash").unwrap(), prev);
+        let ev = AuditEvent {
+            event: Box::leak(r.try_get::<String, _>("event").unwrap().into_boxed_str()),
+            actor: r.try_get("actor").unwrap(),
+            decision: Box::leak(r.try_get::<String, _>("decision").unwrap().into_boxed_str()),
+            reason: r.try_get("reason").unwrap(),
+            run_id: r.try_get("run_id").unwrap(),
+            capability_id: r.try_get("capability_id").unwrap(),
+            user: r.try_get("user_name").unwrap(),
+            action: r.try_get("action").unwrap(),
+            resource: r.try_get("resource").unwrap(),
+            request_id: r.try_get("request_id").unwrap(),
+            detail: r.try_get("detail").unwrap(),
+        };
+        let h = chain_hash(&prev, seq, r.try_get("at_ms").unwrap(), &ev);
+        assert_eq!(r.try_get::<String, _>("hash").unwrap(), h, "row {seq}");
+        prev = h;
+    }
+    let head = sqlx::query("SELECT seq, hash FROM audit_head")
+        .fetch_one(app.state.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(head.try_get::<i64, _>("seq").unwrap(), rows.len() as i64);
+    assert_eq!(head.try_get::<String, _>("hash").unwrap(), prev);
+}
+
+async fn no_secret_is_stored_or_audited(app: TestApp) {
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
+    let ex: Value = app
+        .exchange(cap["token"].as_str().unwrap())
+        .await
+        .json()
+        .await
+        .unwrap();
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    let secrets = [
+        key.clone(),
+        token.clone(),
+        app.admin_token.clone(),
+        cap["token"].as_str().unwrap().to_owned(),
+        ex["token"].as_str().unwrap().to_owned(),
+    ];
+    for table in [
+        "runtimes",
+        "runs",
+        "capabilities",
+        "leases",
+        "audit",
+        "signing_keys",
+        "rate_limits",
+    ] {
+        let rows = sqlx::query(&format!("SELECT * FROM {table}"))
+            .fetch_all(app.state.store.pool())
+            .await
+            .unwrap();
+        for row in rows {
+            for i in 0..row.len() {
+                let text: String = match row.try_get::<String, _>(i) {
+                    Ok(s) => s,
+                    Err(_) => continue,
+                };
+                for s in &secrets {
+                    // Check the secret and its distinctive random half.
+                    assert!(!text.contains(s.as_str()), "secret in {table}");
+                    let tail = &s[s.len() - 20..];
+                    assert!(!text.contains(tail), "secret fragment in {table}");
+                }
+            }
+        }
+    }
+}
+
+async fn health_metrics_and_openapi(app: TestApp) {
+    assert_eq!(app.get("/healthz", None).await.status(), StatusCode::OK);
+    assert_eq!(app.get("/readyz", None).await.status(), StatusCode::OK);
+    let (_k, _r, token) = app.run_for("alice").await;
+    app.capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
+    let _ = app.capability(&token, "read", "svc-reports:nope").await;
+    let m = app.get("/metrics", None).await.text().await.unwrap();
+    assert!(
+        m.contains("tessera_capabilities_total{outcome=\"issued\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("tessera_capabilities_total{outcome=\"denied\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("tessera_store_commits_total"), "{m}");
+    let doc: Value = app
+        .get("/v1/openapi.json", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    for (method, path) in tessera_broker::api::ROUTES {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} is not in the OpenAPI document"
+        );
+    }
+}
+
+/// A TCP proxy to PostgreSQL that the test can cut, to make the store unreachable.
+struct Proxy {
+    port: u16,
+    cut: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start() -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(Notify::new());
+        let cut2 = cut.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    _ = cut2.notified() => { conns.abort_all(); return; }
+                    Ok((mut inbound, _)) = listener.accept() => {
+                        conns.spawn(async move {
+                            if let Ok(mut outbound) = TcpStream::connect("127.0.0.1:5432").await {
+                                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            }
+                        });
+                    }
+                }
+            }
+        });
+        Proxy { port, cut, task }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_unreachable_fails_closed() {
+    let proxy = Proxy::start().await;
+    let server =
+        crate::helpers::pg_url().replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
+    let app = TestApp::spawn_with(Db::Postgres, Some(server)).await;
+    let (key, _run, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
+    let issued_before = cap["capability_id"].as_str().unwrap().to_owned();
+
+    proxy.cut.notify_one();
+    let _ = proxy.task.await;
+    assert_error(
+        app.get("/readyz", None).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+    )
+    .await;
+    let resp = app
+        .capability(&token, "read", "svc-reports:reports/q2")
+        .await;
+    assert_error(resp, StatusCode::SERVICE_UNAVAILABLE, "store_unavailable").await;
+    assert_error(
+        app.exchange(cap["token"].as_str().unwrap()).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+    )
+    .await;
+    let body = serde_json::json!({ "user": "alice", "task": { "id": "t", "kind": "k" } });
+    assert_error(
+        app.post("/v1/runs", Some(&key), body).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+    )
+    .await;
+
+    // Nothing was issued while the store was away: read it directly.
+    let direct = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&crate::helpers::pg_url())
+        .await
+        .unwrap();
+    let url_schema = app.state.config.store.clone();
+    let schema = match url_schema {
+        tessera_broker::config::StoreUrl::Postgres(u) => {
+            let u = secrecy::ExposeSecret::expose_secret(&u).to_owned();
+            u.rsplit("search_path%3D").next().unwrap().to_owned()
+        }
+        _ => unreachable!(),
+    };
+    let caps: Vec<String> = sqlx::query_scalar(&format!("SELECT id FROM {schema}.capabilities"))
+        .fetch_all(&direct)
+        .await
+        .unwrap();
+    assert_eq!(caps, vec![issued_before]);
+    let leases: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {schema}.leases"))
+        .fetch_one(&direct)
+        .await
+        .unwrap();
+    assert_eq!(leases, 0);
+}

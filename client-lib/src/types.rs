@@ -1,0 +1,249 @@
+//! Wire types of the Tessera HTTP API (v1), shared by the broker and the client.
+//!
+//! They live here, in the client crate, so the two sides cannot drift: the broker
+//! depends on this crate with default features off and gets only these types.
+//! Request types reject unknown fields, so a typo in a field name is a 400 instead
+//! of a silently ignored constraint.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The task a run is started for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    pub id: String,
+    pub kind: String,
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// `POST /v1/runs` body (runtime credential).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRunRequest {
+    pub user: String,
+    pub task: Task,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+    #[serde(default)]
+    pub labels: Vec<String>,
+}
+
+/// `POST /v1/runs` response. The run token is shown exactly once.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct CreateRunResponse {
+    pub run_id: String,
+    pub run_token: String,
+    pub expires_at: String,
+}
+
+impl std::fmt::Debug for CreateRunResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateRunResponse")
+            .field("run_id", &self.run_id)
+            .field("run_token", &"[redacted]")
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
+/// `POST /v1/capabilities` body (run token).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapabilityRequest {
+    pub action: String,
+    pub resource: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+}
+
+/// `POST /v1/capabilities` 201 response.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct CapabilityResponse {
+    pub capability_id: String,
+    pub token: String,
+    pub expires_at: String,
+    pub uses: u32,
+}
+
+impl std::fmt::Debug for CapabilityResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CapabilityResponse")
+            .field("capability_id", &self.capability_id)
+            .field("token", &"[redacted]")
+            .field("expires_at", &self.expires_at)
+            .field("uses", &self.uses)
+            .finish()
+    }
+}
+
+/// `POST /v1/exchange` body: the capability is the credential.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExchangeRequest {
+    pub capability: String,
+}
+
+impl std::fmt::Debug for ExchangeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExchangeRequest { capability: [redacted] }")
+    }
+}
+
+/// `POST /v1/exchange` 200 response: `kind` names the backend kind, the other
+/// fields are the backend's own (for `token`: `token`, `audience`, `token_type`).
+#[derive(Clone, Serialize, Deserialize)]
+pub struct ExchangeResponse {
+    pub kind: String,
+    pub lease_id: String,
+    pub expires_at: String,
+    pub uses_left: u32,
+    #[serde(flatten)]
+    pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+impl std::fmt::Debug for ExchangeResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExchangeResponse")
+            .field("kind", &self.kind)
+            .field("lease_id", &self.lease_id)
+            .field("expires_at", &self.expires_at)
+            .field("uses_left", &self.uses_left)
+            .field("fields", &"[redacted]")
+            .finish()
+    }
+}
+
+/// `POST /v1/introspect` body.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntrospectRequest {
+    pub token: String,
+}
+
+impl std::fmt::Debug for IntrospectRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IntrospectRequest { token: [redacted] }")
+    }
+}
+
+/// `POST /v1/runs/{id}/end` response: what this call revoked (zero on a repeat).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EndRunResponse {
+    pub run_id: String,
+    pub revoked: RevokedCounts,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RevokedCounts {
+    pub capabilities: u64,
+    pub leases: u64,
+    pub pending: u64,
+}
+
+/// `POST /v1/capabilities/{id}/revoke` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RevokeCapabilityResponse {
+    pub capability_id: String,
+    /// False when the capability was already revoked (or its run already ended).
+    pub revoked: bool,
+}
+
+/// One capability as listed in `GET /v1/runs/{id}` (no token: it is never stored).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CapabilitySummary {
+    pub capability_id: String,
+    pub action: String,
+    pub resource: String,
+    pub issued_at: String,
+    pub expires_at: String,
+    pub uses: u32,
+    pub uses_left: u32,
+    pub revoked_at: Option<String>,
+    pub state: String,
+}
+
+/// One downstream lease as listed in `GET /v1/runs/{id}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LeaseSummary {
+    pub lease_id: String,
+    pub capability_id: String,
+    pub backend: String,
+    pub kind: String,
+    pub created_at: String,
+    pub expires_at: String,
+    pub revoked_at: Option<String>,
+}
+
+/// `GET /v1/runs/{id}` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunView {
+    pub run_id: String,
+    pub user: String,
+    pub task: Task,
+    pub runtime_id: String,
+    pub labels: Vec<String>,
+    pub created_at: String,
+    pub expires_at: String,
+    pub ended_at: Option<String>,
+    /// `active`, `ended` or `expired`.
+    pub state: String,
+    pub capabilities: Vec<CapabilitySummary>,
+    pub leases: Vec<LeaseSummary>,
+}
+
+/// `POST /v1/admin/runtimes` body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRuntimeRequest {
+    pub name: String,
+    /// Comma-separated globs of users the runtime may start runs for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users: Option<String>,
+    /// Comma-separated globs of task kinds the runtime may start runs for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_kinds: Option<String>,
+}
+
+/// `POST /v1/admin/runtimes` response: the key is shown exactly once.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct CreateRuntimeResponse {
+    pub id: String,
+    pub name: String,
+    pub key: String,
+    pub users: String,
+    pub task_kinds: String,
+}
+
+impl std::fmt::Debug for CreateRuntimeResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateRuntimeResponse")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("key", &"[redacted]")
+            .finish()
+    }
+}
+
+/// `POST /v1/admin/keys/rotate` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RotateKeyResponse {
+    pub kid: String,
+    pub previous_kid: Option<String>,
+    /// Until when the previous key stays published in the JWKS.
+    pub previous_published_until: Option<String>,
+}
+
+/// Every error the broker returns: `{"error": {"code", "message", "request_id"}}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+    pub request_id: String,
+}
