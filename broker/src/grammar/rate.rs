@@ -75,7 +75,9 @@ impl FromStr for Rate {
         let per = match UNIT_WORDS.iter().find(|(w, _)| *w == per) {
             Some((_, secs)) => Duration::from_secs(*secs),
             None if per == "day" => Duration::from_secs(86_400),
-            None => parse_duration(per).map_err(|e| bad(format!("period: {e}")))?,
+            None => parse_duration(per).map_err(|_| {
+                bad("period must be s, sec, min, h, hour, day or a duration such as 5m".into())
+            })?,
         };
         Ok(Rate { count, per })
     }

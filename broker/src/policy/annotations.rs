@@ -67,7 +67,10 @@ pub(super) fn parse<'a>(
         let is_constraint = matches!(key, "ttl" | "uses" | "rate" | "approval");
         if !KNOWN_KEYS.contains(&key) {
             fail(
-                format!("unknown annotation @{}", quote(key)),
+                format!(
+                    "unknown annotation @{}",
+                    key.chars().take(64).collect::<String>()
+                ),
                 Some("allowed: @id, @description, @ttl, @uses, @rate, @approval"),
             );
             continue;

@@ -1,17 +1,21 @@
 //! Building the Cedar request and the per-request entity slice for one evaluation.
 //!
 //! Why: evaluation must be fast and must not clone the entity store, so each request
-//! gets an [`Entities`] holding only the three entities it can reach: the user (with
-//! all ancestor groups precomputed as direct parents), the resource, and the action.
+//! gets an [`Entities`] holding only the entities it can reach: the user (with all
+//! ancestor groups precomputed as direct parents), the resource, and the action when
+//! it belongs to action groups.
 //!
 //! Invariants: the resource uid is `Tessera::Resource::"<backend>:<path>"` with string
-//! attributes `backend`, `kind`, `path`; the context matches the schema's
-//! `RequestContext` (checked by Cedar against the schema on every request); a user
+//! attributes `backend`, `kind`, `path`; the shape and types of the request never
+//! depend on its values, so checking one sample per action against the schema at load
+//! (`assemble.rs`, `schema = Some`) covers every request (`schema = None`); a user
 //! unknown to entities.json is a user in no group.
 
 use std::collections::HashSet;
 
-use cedar_policy::{Context, Entities, Entity, EntityId, EntityUid, Request, RestrictedExpression};
+use cedar_policy::{
+    Context, Entities, Entity, EntityId, EntityUid, Request, RestrictedExpression, Schema,
+};
 
 use super::{PolicyEngine, PolicyRequest};
 
@@ -24,11 +28,19 @@ fn record(fields: Vec<(&str, RestrictedExpression)>) -> Result<RestrictedExpress
         .map_err(|e| e.to_string())
 }
 
+/// A requestable action.
+pub(super) struct Action {
+    pub uid: EntityUid,
+    /// The action entity, only when it is in action groups (needed for `action in`).
+    pub entity: Option<Entity>,
+}
+
 /// The Cedar request and entities for `req`; errors are messages for a `Deny`.
 pub(super) fn build(
     engine: &PolicyEngine,
     req: &PolicyRequest<'_>,
-    action: &Entity,
+    action: &Action,
+    schema: Option<&Schema>,
 ) -> Result<(Request, Entities), String> {
     let user_uid =
         EntityUid::from_type_name_and_id(engine.user_type.clone(), EntityId::new(req.user));
@@ -88,15 +100,10 @@ pub(super) fn build(
     ])
     .map_err(|e| e.to_string())?;
 
-    let request = Request::new(
-        user_uid,
-        action.uid(),
-        resource_uid,
-        context,
-        Some(&engine.schema),
-    )
-    .map_err(|e| e.to_string())?;
-    let entities = Entities::from_entities([user, resource, action.clone()], None)
+    let request = Request::new(user_uid, action.uid.clone(), resource_uid, context, schema)
+        .map_err(|e| e.to_string())?;
+    let action_entity = action.entity.iter().cloned();
+    let entities = Entities::from_entities([user, resource].into_iter().chain(action_entity), None)
         .map_err(|e| e.to_string())?;
     Ok((request, entities))
 }

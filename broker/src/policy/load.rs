@@ -8,18 +8,15 @@
 //! templates are rejected; policies are validated against the schema in strict mode;
 //! the transitive closure of user groups is computed once here, never per request.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use cedar_policy::{
-    Authorizer, Entities, Entity, EntityTypeName, PolicyId, PolicySet, Schema, ValidationMode,
-    Validator,
-};
+use cedar_policy::{Entities, PolicyId, PolicySet, Schema, ValidationMode, Validator};
 use miette::Diagnostic;
 
 use super::source::{annotation_offsets, label_offset, line_col, locate_in_order};
-use super::{annotations, PolicyDiagnostic, PolicyEngine, PolicyLoadError};
+use super::{annotations, assemble, PolicyDiagnostic, PolicyEngine, PolicyLoadError};
 
 /// A named source text.
 pub(super) struct Named<'a> {
@@ -53,7 +50,17 @@ impl<'a> Named<'a> {
 
     fn cedar_diag(&self, d: &dyn Diagnostic, fallback: Option<usize>) -> PolicyDiagnostic {
         let hint = d.help().map(|h| h.to_string());
-        self.diag(label_offset(d).or(fallback), d.to_string(), hint)
+        let mut message = d.to_string();
+        // Wrapping errors (e.g. entity deserialization) keep the useful part in sources.
+        let mut cause = std::error::Error::source(d);
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !message.contains(&text) {
+                message = format!("{message}: {text}");
+            }
+            cause = c.source();
+        }
+        self.diag(label_offset(d).or(fallback), message, hint)
     }
 }
 
@@ -165,18 +172,22 @@ pub(super) fn build(
                 diags.push(src.diag(
                     offset,
                     "templates are not supported".into(),
-                    Some("use ?principal/?resource-free policies".into()),
+                    Some("write a static policy, without ?principal or ?resource slots".into()),
                 ));
                 continue;
             };
             let parsed = annotations::parse(policy.effect(), policy.annotations());
             let ann_offsets = annotation_offsets(text);
-            for err in parsed.errors {
-                let at = ann_offsets
-                    .iter()
-                    .find(|(k, _)| *k == err.key)
-                    .map(|(_, o)| *o);
-                let pos = offset.map(|o| o + at.unwrap_or(0));
+            let mut located: Vec<_> = parsed
+                .errors
+                .into_iter()
+                .map(|err| {
+                    let at = ann_offsets.iter().find(|(k, _)| *k == err.key);
+                    (offset.map(|o| o + at.map_or(0, |(_, a)| *a)), err)
+                })
+                .collect();
+            located.sort_by_key(|(pos, _)| *pos);
+            for (pos, err) in located {
                 diags.push(src.diag(pos, err.message, err.hint));
             }
             let id = parsed.id.unwrap_or_else(|| format!("{stem}#{n}"));
@@ -210,66 +221,37 @@ pub(super) fn build(
         return Err(PolicyLoadError { diagnostics: diags });
     };
     let validation = Validator::new(schema.clone()).validate(&merged, ValidationMode::Strict);
-    for err in validation.validation_errors() {
-        let origin = origins.get(AsRef::<str>::as_ref(err.policy_id()));
-        let src = origin
-            .and_then(|o| sources.get(o.file))
-            .unwrap_or(schema_src);
-        let fallback = origin.and_then(|o| o.offset);
-        diags.push(src.cedar_diag(err, fallback));
-    }
+    let mut invalid: Vec<PolicyDiagnostic> = validation
+        .validation_errors()
+        .map(|err| {
+            let origin = origins.get(AsRef::<str>::as_ref(err.policy_id()));
+            let src = origin
+                .and_then(|o| sources.get(o.file))
+                .unwrap_or(schema_src);
+            src.cedar_diag(err, origin.and_then(|o| o.offset))
+        })
+        .collect();
+    // Cedar checks each policy once per applicable action, in no fixed order: report
+    // each location once, deterministically.
+    invalid.sort_by(|a, b| {
+        (&a.file, a.line, a.column, &a.message).cmp(&(&b.file, b.line, b.column, &b.message))
+    });
+    invalid.dedup_by(|a, b| (&a.file, a.line, a.column) == (&b.file, b.line, b.column));
+    diags.extend(invalid);
 
-    let user_type = type_name("Tessera::User", schema_src, &mut diags);
-    let resource_type = type_name("Tessera::Resource", schema_src, &mut diags);
-    let action_type = type_name("Tessera::Action", schema_src, &mut diags);
     let store = Entities::from_json_str(entities_src.text, Some(&schema))
         .map_err(|e| diags.push(entities_src.cedar_diag(&e, None)))
         .ok();
-    let actions = schema
-        .action_entities()
-        .map_err(|e| diags.push(schema_src.cedar_diag(&e, None)))
-        .ok();
-    let (Some(user_type), Some(resource_type), Some(action_type), Some(store), Some(actions), true) = (
-        user_type,
-        resource_type,
-        action_type,
-        store,
-        actions,
-        diags.is_empty(),
-    ) else {
-        return Err(PolicyLoadError { diagnostics: diags });
-    };
-
-    let users = store
-        .iter()
-        .filter(|e| e.uid().type_name() == &user_type)
-        .map(|e| {
-            let uid = e.uid();
-            let groups: HashSet<_> = store
-                .ancestors(&uid)
-                .map(|a| a.cloned().collect())
-                .unwrap_or_default();
-            (
-                uid.id().unescaped().to_string(),
-                Entity::new_no_attrs(uid, groups),
-            )
-        })
-        .collect();
-    let actions = actions
-        .iter()
-        .filter(|e| e.uid().type_name() == &action_type)
-        .map(|e| (e.uid().id().unescaped().to_string(), e.clone()))
-        .collect();
-    Ok(PolicyEngine {
-        schema,
-        policies: merged,
-        authorizer: Authorizer::new(),
-        constraints,
-        users,
-        actions,
-        user_type,
-        resource_type,
-    })
+    match store {
+        Some(store) if diags.is_empty() => assemble::engine(schema, merged, constraints, &store)
+            .map_err(|messages| PolicyLoadError {
+                diagnostics: messages
+                    .into_iter()
+                    .map(|m| schema_src.diag(None, m, None))
+                    .collect(),
+            }),
+        _ => Err(PolicyLoadError { diagnostics: diags }),
+    }
 }
 
 /// N of a Cedar-generated "policy<N>" id (source order within one file).
@@ -278,16 +260,4 @@ fn index_of(id: &PolicyId) -> usize {
         .strip_prefix("policy")
         .and_then(|n| n.parse().ok())
         .unwrap_or(usize::MAX)
-}
-
-fn type_name(
-    name: &str,
-    schema_src: &Named<'_>,
-    diags: &mut Vec<PolicyDiagnostic>,
-) -> Option<EntityTypeName> {
-    EntityTypeName::from_str(name)
-        .map_err(|e| {
-            diags.push(schema_src.diag(None, format!("internal: bad type name {name}: {e}"), None))
-        })
-        .ok()
 }

@@ -13,6 +13,7 @@
 //! - evaluation never panics; anything unexpected becomes a `Deny` with an error.
 
 mod annotations;
+mod assemble;
 mod context;
 mod load;
 mod source;
@@ -36,8 +37,8 @@ pub struct PolicyEngine {
     constraints: HashMap<String, PolicyConstraints>,
     /// Users from entities.json, each with ALL its ancestor groups as direct parents.
     users: HashMap<String, Entity>,
-    /// Action entities declared in the schema (`Tessera::Action`), by action id.
-    actions: HashMap<String, Entity>,
+    /// Requestable actions declared in the schema (`Tessera::Action`), by action id.
+    actions: HashMap<String, context::Action>,
     user_type: EntityTypeName,
     resource_type: EntityTypeName,
 }
@@ -155,7 +156,7 @@ impl PolicyEngine {
         let Some(action) = self.actions.get(req.action) else {
             return deny_error("unknown action".to_string());
         };
-        let (request, entities) = match context::build(self, req, action) {
+        let (request, entities) = match context::build(self, req, action, None) {
             Ok(built) => built,
             Err(e) => return deny_error(e),
         };
@@ -202,3 +203,5 @@ fn deny_error(error: String) -> PolicyDecision {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_load;

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
-const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../policy");
+pub(super) const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../policy");
 
-fn shipped_schema() -> String {
+pub(super) fn shipped_schema() -> String {
     std::fs::read_to_string(Path::new(SHIPPED).join("schema.cedarschema")).unwrap_or_default()
 }
 
-const ENTITIES: &str = r#"[
+pub(super) const ENTITIES: &str = r#"[
   {"uid": {"type": "Tessera::Group", "id": "staff"}, "attrs": {}, "parents": []},
   {"uid": {"type": "Tessera::Group", "id": "analysts"}, "attrs": {},
    "parents": [{"type": "Tessera::Group", "id": "staff"}]},
@@ -21,7 +21,7 @@ const ENTITIES: &str = r#"[
    "parents": [{"type": "Tessera::Group", "id": "analysts"}]}
 ]"#;
 
-fn engine(files: &[(&str, &str)]) -> Result<PolicyEngine, PolicyLoadError> {
+pub(super) fn engine(files: &[(&str, &str)]) -> Result<PolicyEngine, PolicyLoadError> {
     let files: Vec<(String, String)> = files
         .iter()
         .map(|(n, t)| (n.to_string(), t.to_string()))
@@ -29,11 +29,11 @@ fn engine(files: &[(&str, &str)]) -> Result<PolicyEngine, PolicyLoadError> {
     PolicyEngine::from_sources(&shipped_schema(), &files, ENTITIES)
 }
 
-fn ok(files: &[(&str, &str)]) -> PolicyEngine {
+pub(super) fn ok(files: &[(&str, &str)]) -> PolicyEngine {
     engine(files).unwrap_or_else(|e| panic!("load failed:\n{e}"))
 }
 
-fn load_err(files: &[(&str, &str)]) -> Vec<PolicyDiagnostic> {
+pub(super) fn load_err(files: &[(&str, &str)]) -> Vec<PolicyDiagnostic> {
     match engine(files) {
         Ok(_) => panic!("load should fail"),
         Err(e) => e.diagnostics,
@@ -98,11 +98,11 @@ fn denied(d: &PolicyDecision) -> (Vec<String>, Vec<String>) {
     }
 }
 
-fn at(d: &PolicyDiagnostic) -> (&str, usize, usize) {
+pub(super) fn at(d: &PolicyDiagnostic) -> (&str, usize, usize) {
     (d.file.as_str(), d.line, d.column)
 }
 
-const READ_ALL: &str = r#"permit (principal in Tessera::Group::"staff", action == Tessera::Action::"read", resource);"#;
+pub(super) const READ_ALL: &str = r#"permit (principal in Tessera::Group::"staff", action == Tessera::Action::"read", resource);"#;
 
 #[test]
 fn engine_is_send_and_sync() {
@@ -238,92 +238,6 @@ fn unknown_action_is_denied_with_an_error() {
     );
 }
 
-#[test]
-fn duplicate_ids_name_both_files() {
-    let p = r#"@id("same") permit (principal, action, resource);"#;
-    let d = load_err(&[("one.cedar", p), ("two.cedar", p)]);
-    assert_eq!(d.len(), 1);
-    let msg = d.first().map(|d| d.to_string()).unwrap_or_default();
-    assert!(
-        msg.starts_with("two.cedar:1:1: error:") && msg.contains("one.cedar"),
-        "{msg}"
-    );
-}
-
-#[test]
-fn annotation_errors_point_at_the_annotation() {
-    let text = "permit (principal, action, resource);\n\n@id(\"x\")\n  @ttl(\"forever\")\npermit (principal, action, resource);\n\n@color(\"red\") permit (principal, action, resource);\n// ok\nforbid (principal, action, resource);\n@uses(\"3\") forbid (principal, action, resource);\n";
-    let d = load_err(&[("p/a.cedar", text)]);
-    let got: Vec<_> = d.iter().map(at).collect();
-    assert_eq!(
-        got,
-        [
-            ("p/a.cedar", 4, 3),
-            ("p/a.cedar", 7, 1),
-            ("p/a.cedar", 10, 1)
-        ],
-        "{d:?}"
-    );
-    assert!(d.iter().all(|d| !d.message.is_empty()));
-    assert!(d.first().is_some_and(|d| d.message.contains("@ttl")));
-}
-
-#[test]
-fn schema_invalid_policy_reports_file_line_col() {
-    let text = "@id(\"ok\") permit (principal, action, resource);\n\npermit (principal, action, resource)\nwhen { resource.nosuchattr == \"x\" };\n";
-    let d = load_err(&[("a.cedar", READ_ALL), ("b.cedar", text)]);
-    assert_eq!(d.len(), 1, "{d:?}");
-    let first = d
-        .first()
-        .map(|d| (d.file.clone(), d.line, d.column, d.to_string()));
-    let (file, line, col, shown) = first.unwrap_or_default();
-    assert_eq!((file.as_str(), line, col), ("b.cedar", 4, 8), "{shown}");
-    assert!(shown.contains("nosuchattr"), "{shown}");
-}
-
-#[test]
-fn parse_errors_and_templates_are_located() {
-    let d = load_err(&[(
-        "a.cedar",
-        "permit (principal, action, resource)\nwhen { 1 + };",
-    )]);
-    assert_eq!(
-        d.first().map(|d| (d.line, d.column > 0)),
-        Some((2, true)),
-        "{d:?}"
-    );
-    let d = load_err(&[(
-        "t.cedar",
-        "\n permit (principal == ?principal, action, resource);",
-    )]);
-    assert_eq!(d.iter().map(at).collect::<Vec<_>>(), [("t.cedar", 2, 2)]);
-    let d = load_err(&[(
-        "u.cedar",
-        r#"permit (principal, action == Tessera::Action::"nope", resource);"#,
-    )]);
-    assert_eq!(d.len(), 1);
-    assert!(
-        d.first()
-            .is_some_and(|d| d.line == 1 && d.to_string().contains("nope")),
-        "{d:?}"
-    );
-}
-
-#[test]
-fn bad_schema_and_entities_are_reported() {
-    let err = PolicyEngine::from_sources("namespace {", &[], "[]").err();
-    let d = err.map(|e| e.diagnostics).unwrap_or_default();
-    assert!(
-        d.first()
-            .is_some_and(|d| d.file == "schema.cedarschema" && d.line == 1),
-        "{d:?}"
-    );
-    let bad_entities =
-        r#"[{"uid": {"type": "Tessera::Nope", "id": "x"}, "attrs": {}, "parents": []}]"#;
-    let err = PolicyEngine::from_sources(&shipped_schema(), &[], bad_entities).err();
-    assert!(err.is_some_and(|e| e.to_string().starts_with("entities.json:")));
-}
-
 /// Measures evaluation time on the shipped policy set:
 /// `cargo test --release -- --ignored --nocapture evaluation_speed`.
 #[test]
@@ -343,105 +257,4 @@ fn evaluation_speed() {
             start.elapsed().as_secs_f64() * 1e6 / f64::from(n)
         );
     }
-}
-
-#[test]
-#[ignore]
-fn tmp_breakdown() {
-    let e = PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"));
-    let attrs = BTreeMap::from([("repo".to_string(), "x".to_string())]);
-    let labels: Vec<String> = vec![];
-    let r = PolicyRequest {
-        user: "alice", action: "read", backend: "svc-reports", backend_kind: "token", path: "reports/public/a",
-        run_id: "run-1", run_labels: &labels, task_id: "t", task_kind: "summarize", task_attributes: &attrs,
-        runtime: "rt", requested_ttl: None, now_unix: 0,
-    };
-    let n = 20_000u32;
-    let action = e.actions.get("read").cloned().unwrap_or_else(|| panic!());
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(context::build(&e, &r, &action).ok()); }
-    println!("build: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    let (req, ents) = context::build(&e, &r, &action).unwrap_or_else(|_| panic!());
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(e.authorizer.is_authorized(&req, &e.policies, &ents)); }
-    println!("authorize: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(cedar_policy::Entities::from_entities([action.clone()], None).ok()); }
-    println!("entities: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(cedar_policy::Request::new(req.principal().cloned().unwrap_or_else(|| panic!()), action.uid(), req.resource().cloned().unwrap_or_else(|| panic!()), cedar_policy::Context::empty(), None).ok()); }
-    println!("request no schema: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-}
-
-#[test]
-#[ignore]
-fn tmp_breakdown2() {
-    use cedar_policy::{Context, RestrictedExpression as RE, Request};
-    let e = PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"));
-    let n = 20_000u32;
-    let action = e.actions.get("read").cloned().unwrap_or_else(|| panic!());
-    let s = |v: &str| RE::new_string(v.to_string());
-    let mk = || Context::from_pairs([
-        ("run".to_string(), RE::new_record([("id".to_string(), s("r")), ("labels".to_string(), RE::new_set([]))]).unwrap_or_else(|_| panic!())),
-        ("task".to_string(), RE::new_record([("id".to_string(), s("r")), ("kind".to_string(), s("k")), ("attributes".to_string(), RE::new_set([s("a=b")]))]).unwrap_or_else(|_| panic!())),
-        ("runtime".to_string(), s("rt")),
-        ("requested_ttl".to_string(), RE::new_long(0)),
-        ("now".to_string(), RE::new_long(0)),
-    ]).unwrap_or_else(|_| panic!());
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(mk()); }
-    println!("context: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    let p = cedar_policy::EntityUid::from_type_name_and_id(e.user_type.clone(), cedar_policy::EntityId::new("alice"));
-    let r = cedar_policy::EntityUid::from_type_name_and_id(e.resource_type.clone(), cedar_policy::EntityId::new("x:y"));
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(Request::new(p.clone(), action.uid(), r.clone(), mk(), Some(&e.schema)).ok()); }
-    println!("context+request schema: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(Request::new(p.clone(), action.uid(), r.clone(), mk(), None).ok()); }
-    println!("context+request no schema: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-}
-
-#[test]
-#[ignore]
-fn tmp_breakdown3() {
-    use cedar_policy::{RestrictedExpression as RE};
-    use std::collections::HashSet;
-    let e = PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"));
-    let n = 20_000u32;
-    let action = e.actions.get("read").cloned().unwrap_or_else(|| panic!());
-    let user = e.users.get("alice").cloned().unwrap_or_else(|| panic!());
-    let s = |v: &str| RE::new_string(v.to_string());
-    let r = cedar_policy::EntityUid::from_type_name_and_id(e.resource_type.clone(), cedar_policy::EntityId::new("x:y"));
-    let mkr = || Entity::new(r.clone(), [("backend".to_string(), s("b")), ("kind".to_string(), s("k")), ("path".to_string(), s("p"))].into_iter().collect(), HashSet::new()).unwrap_or_else(|_| panic!());
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(mkr()); }
-    println!("resource entity: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(user.clone()); }
-    println!("user clone: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(cedar_policy::Entities::from_entities([user.clone(), mkr(), action.clone()], None).ok()); }
-    println!("all entities: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-}
-
-#[test]
-#[ignore]
-fn tmp_breakdown4() {
-    use cedar_policy::{RestrictedExpression as RE};
-    use std::collections::HashSet;
-    let e = PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"));
-    let n = 20_000u32;
-    let user = e.users.get("alice").cloned().unwrap_or_else(|| panic!());
-    let s = |v: &str| RE::new_string(v.to_string());
-    let r = cedar_policy::EntityUid::from_type_name_and_id(e.resource_type.clone(), cedar_policy::EntityId::new("x:y"));
-    let mkr = || Entity::new(r.clone(), [("backend".to_string(), s("b")), ("kind".to_string(), s("k")), ("path".to_string(), s("p"))].into_iter().collect(), HashSet::new()).unwrap_or_else(|_| panic!());
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(cedar_policy::Entities::from_entities([user.clone()], None).ok()); }
-    println!("user only: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(cedar_policy::Entities::from_entities([mkr()], None).ok()); }
-    println!("resource only: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
-    let t = Instant::now();
-    for _ in 0..n { std::hint::black_box(cedar_policy::Entities::from_entities([user.clone(), mkr()], None).ok()); }
-    println!("user+resource: {:.1}", t.elapsed().as_secs_f64() * 1e6 / f64::from(n));
 }

@@ -1,0 +1,258 @@
+//! End-to-end test of the real `tessera` binary: `serve --dev` with nothing but an
+//! empty folder, the admin CLI against it, and the README's walk-through over HTTP.
+
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tessera");
+
+struct Broker {
+    child: Child,
+    dir: PathBuf,
+    addr: String,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn policy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy")
+}
+
+async fn start_dev_broker() -> Broker {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(BIN)
+        .args(["serve", "--dev", "--listen", &addr, "--policy-dir"])
+        .arg(policy_dir())
+        .current_dir(&dir)
+        .env("TESSERA_ADMIN_TOKEN_FILE", dir.join("admin.token"))
+        .env("TESSERA_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let broker = Broker {
+        child,
+        dir,
+        addr: format!("http://{addr}"),
+    };
+    for _ in 0..200 {
+        if reqwest::get(format!("{}/readyz", broker.addr))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return broker;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("tessera serve --dev did not become ready");
+}
+
+fn cli(broker: &Broker, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .env("TESSERA_ADDR", &broker.addr)
+        .env("TESSERA_ADMIN_TOKEN_FILE", broker.dir.join("admin.token"))
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_broker_from_an_empty_folder_to_a_revoked_capability() {
+    let broker = start_dev_broker().await;
+    let dir = &broker.dir;
+    // --dev created its files in the working folder, secrets with mode 0600.
+    for f in ["tessera.db", "tessera-dev.kek", "admin.token"] {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for f in ["tessera-dev.kek", "admin.token"] {
+        let mode = std::fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{f}");
+    }
+
+    let out = cli(
+        &broker,
+        &[
+            "runtimes",
+            "create",
+            "demo",
+            "--users",
+            "*",
+            "--task-kinds",
+            "summarize",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rt: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let key = rt["key"].as_str().unwrap().to_owned();
+    assert!(key.starts_with("tsr_rt_"));
+    let listed = cli(&broker, &["runtimes", "list"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("demo"));
+    assert!(
+        !String::from_utf8_lossy(&listed.stdout).contains(&key),
+        "the key is shown once"
+    );
+
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{}/v1/runs", broker.addr))
+        .bearer_auth(&key)
+        .json(
+            &json!({ "user": "alice", "task": { "id": "t-1", "kind": "summarize" }, "ttl": "30m" }),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_token = run["run_token"].as_str().unwrap();
+    let resp = http
+        .post(format!("{}/v1/capabilities", broker.addr))
+        .bearer_auth(run_token)
+        .json(&json!({ "action": "read", "resource": "svc-reports:reports/2026/q1.csv" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let cap: Value = resp.json().await.unwrap();
+    assert_eq!(
+        cap["uses"], 20,
+        "shipped policy analysts-read-reports: @uses(20)"
+    );
+    let ex = http
+        .post(format!("{}/v1/exchange", broker.addr))
+        .json(&json!({ "capability": cap["token"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ex.status(), 200);
+
+    let rotated = cli(&broker, &["keys", "rotate", "--json"]);
+    assert!(rotated.status.success());
+    let keys = cli(&broker, &["keys", "list"]);
+    let text = String::from_utf8_lossy(&keys.stdout);
+    assert!(
+        text.contains("active") && text.contains("published"),
+        "{text}"
+    );
+
+    let run_id = run["run_id"].as_str().unwrap();
+    let end = cli(&broker, &["runs", "end", run_id, "--json"]);
+    assert!(end.status.success());
+    let end: Value = serde_json::from_slice(&end.stdout).unwrap();
+    assert_eq!(
+        end["revoked"],
+        json!({ "capabilities": 1, "leases": 1, "pending": 0 })
+    );
+    let intro: Value = http
+        .post(format!("{}/v1/introspect", broker.addr))
+        .bearer_auth(&key)
+        .json(&json!({ "token": cap["token"] }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(intro, json!({ "active": false }));
+}
+
+#[tokio::test]
+async fn cli_errors_are_clear() {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("admin.token");
+    std::fs::write(&token, format!("tsr_adm_{}", "A".repeat(43))).unwrap();
+    // Unreachable broker.
+    let out = Command::new(BIN)
+        .args(["runtimes", "list"])
+        .env("TESSERA_ADDR", format!("http://127.0.0.1:{}", free_port()))
+        .env("TESSERA_ADMIN_TOKEN_FILE", &token)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the broker"));
+    // Bad token against a live broker.
+    let broker = start_dev_broker().await;
+    let out = Command::new(BIN)
+        .args(["runtimes", "list"])
+        .env("TESSERA_ADDR", &broker.addr)
+        .env("TESSERA_ADMIN_TOKEN_FILE", &token)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rejected the admin token"));
+    // Invalid configuration names the setting and exits 2 without starting.
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "[limits]\nmax_capability_ttl = \"forever\"\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--dev", "--config"])
+        .arg(&cfg)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("limits.max_capability_ttl"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Production mode without a store says which setting is missing.
+    let out = Command::new(BIN)
+        .args(["serve"])
+        .current_dir(&dir)
+        .env_remove("TESSERA_STORE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("store"));
+    // An invalid policy stops the start with file:line:col.
+    let pol = dir.join("policy");
+    std::fs::create_dir_all(&pol).unwrap();
+    std::fs::copy(
+        policy_dir().join("schema.cedarschema"),
+        pol.join("schema.cedarschema"),
+    )
+    .unwrap();
+    std::fs::write(pol.join("entities.json"), "[]").unwrap();
+    std::fs::write(
+        pol.join("bad.cedar"),
+        "permit (principal, action, resource)\nwhen { resource.nosuch == 1 };\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["policy", "check"])
+        .arg(&pol)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.cedar:2:"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
