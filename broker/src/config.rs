@@ -43,6 +43,7 @@ struct RawConfig {
     admin: RawAdmin,
     #[serde(default)]
     limits: RawLimits,
+    tls: Option<RawTls>,
     #[serde(default)]
     backends: BTreeMap<String, RawBackend>,
 }
@@ -77,6 +78,15 @@ struct RawLimits {
     max_rate: Option<String>,
     default_run_ttl: Option<String>,
     max_run_ttl: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    client_ca_file: Option<PathBuf>,
+    require_runtime_client_cert: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,6 +144,17 @@ impl BackendConfig {
     }
 }
 
+/// TLS termination in the broker (rustls), optionally mTLS for runtimes.
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// CA that runtime client certificates must chain to.
+    pub client_ca_file: Option<PathBuf>,
+    /// Accept runtime keys only on connections with a verified client certificate.
+    pub require_runtime_client_cert: bool,
+}
+
 /// Where the store lives.
 #[derive(Clone)]
 pub enum StoreUrl {
@@ -163,6 +184,7 @@ pub struct Config {
     pub kek_file: Option<PathBuf>,
     pub admin_token_file: Option<PathBuf>,
     pub limits: Limits,
+    pub tls: Option<TlsConfig>,
     pub backends: BTreeMap<String, BackendConfig>,
 }
 
@@ -261,6 +283,7 @@ impl Config {
             .or(raw.admin.token_file);
 
         let limits = resolve_limits(&raw.limits)?;
+        let tls = resolve_tls(raw.tls, env)?;
         let mut backends = BTreeMap::new();
         for (name, b) in raw.backends {
             let setting = format!("backends.{name}");
@@ -293,6 +316,7 @@ impl Config {
             kek_file,
             admin_token_file,
             limits,
+            tls,
             backends,
         })
     }
@@ -418,6 +442,49 @@ fn resolve_limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
     Ok(l)
 }
 
+fn resolve_tls(raw: Option<RawTls>, env: EnvLookup<'_>) -> Result<Option<TlsConfig>, ConfigError> {
+    let raw = raw.unwrap_or_default();
+    let cert = env("TESSERA_TLS_CERT_FILE")
+        .map(PathBuf::from)
+        .or(raw.cert_file);
+    let key = env("TESSERA_TLS_KEY_FILE")
+        .map(PathBuf::from)
+        .or(raw.key_file);
+    let client_ca = env("TESSERA_TLS_CLIENT_CA_FILE")
+        .map(PathBuf::from)
+        .or(raw.client_ca_file);
+    match (cert, key) {
+        (None, None) => {
+            if client_ca.is_some() || raw.require_runtime_client_cert.is_some() {
+                return Err(err(
+                    "tls.client_ca_file",
+                    "mTLS needs tls.cert_file and tls.key_file",
+                ));
+            }
+            Ok(None)
+        }
+        (Some(_), None) => Err(err("tls.key_file", "required when tls.cert_file is set")),
+        (None, Some(_)) => Err(err("tls.cert_file", "required when tls.key_file is set")),
+        (Some(cert_file), Some(key_file)) => {
+            let require = raw
+                .require_runtime_client_cert
+                .unwrap_or(client_ca.is_some());
+            if require && client_ca.is_none() {
+                return Err(err(
+                    "tls.require_runtime_client_cert",
+                    "needs tls.client_ca_file",
+                ));
+            }
+            Ok(Some(TlsConfig {
+                cert_file,
+                key_file,
+                client_ca_file: client_ca,
+                require_runtime_client_cert: require,
+            }))
+        }
+    }
+}
+
 fn resolve_backend(setting: &str, b: RawBackend) -> Result<BackendConfig, ConfigError> {
     match b.kind.as_str() {
         "token" => {
@@ -517,6 +584,28 @@ mod tests {
         let env = |k: &str| (k == "TESSERA_STORE_URL").then(|| "postgres://u@h/db".to_owned());
         let e = Config::from_toml("", &Overrides::default(), &env).unwrap_err();
         assert_eq!(e.setting, "keys.kek_file");
+    }
+
+    #[test]
+    fn tls_settings_come_in_pairs() {
+        let o = Overrides {
+            dev: true,
+            ..Default::default()
+        };
+        let e = Config::from_toml("[tls]\ncert_file = \"c.pem\"", &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "tls.key_file");
+        let e = Config::from_toml("[tls]\nclient_ca_file = \"ca.pem\"", &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "tls.client_ca_file");
+        let c = Config::from_toml(
+            "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\nclient_ca_file = \"ca.pem\"",
+            &o,
+            &no_env,
+        )
+        .unwrap();
+        assert!(
+            c.tls.unwrap().require_runtime_client_cert,
+            "mTLS defaults to required for runtimes"
+        );
     }
 
     #[test]

@@ -26,4 +26,5 @@ pub mod metrics;
 pub mod names;
 pub mod policy;
 pub mod resource;
+pub mod server;
 pub mod store;

@@ -37,6 +37,7 @@ fn policy_dir() -> PathBuf {
 }
 
 async fn start_dev_broker() -> Broker {
+    tessera_broker::server::install_crypto_provider();
     let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
     std::fs::create_dir_all(&dir).unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
@@ -185,6 +186,7 @@ async fn dev_broker_from_an_empty_folder_to_a_revoked_capability() {
 
 #[tokio::test]
 async fn cli_errors_are_clear() {
+    tessera_broker::server::install_crypto_provider();
     let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
     std::fs::create_dir_all(&dir).unwrap();
     let token = dir.join("admin.token");

@@ -246,7 +246,7 @@ async fn issue(
     let outcome = app
         .store
         .writer()
-        .submit(IssueCapability {
+        .issue(IssueCapability {
             record,
             rate,
             audit,

@@ -97,7 +97,28 @@ fn invalid_credential() -> ApiError {
     ApiError::unauthenticated("invalid or unknown credential")
 }
 
-async fn runtime_from(app: &AppState, token: &str) -> Result<Arc<RuntimeRecord>, ApiError> {
+async fn runtime_from(
+    app: &AppState,
+    parts: &Parts,
+    token: &str,
+) -> Result<Arc<RuntimeRecord>, ApiError> {
+    let needs_cert = app
+        .config
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.require_runtime_client_cert);
+    if needs_cert
+        && parts
+            .extensions
+            .get::<crate::server::ClientCertificate>()
+            .is_none()
+    {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "client_certificate_required",
+            "runtime credentials are accepted only with a verified TLS client certificate",
+        ));
+    }
     if !has_secret_shape(token, RUNTIME_KEY_PREFIX) {
         return Err(invalid_credential());
     }
@@ -127,7 +148,7 @@ impl FromRequestParts<AppState> for RuntimeCaller {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
         let token = bearer(parts)?;
-        Ok(RuntimeCaller(runtime_from(app, token).await?))
+        Ok(RuntimeCaller(runtime_from(app, parts, token).await?))
     }
 }
 
@@ -208,7 +229,9 @@ impl FromRequestParts<AppState> for RuntimeOrAdmin {
                 Err(invalid_credential())
             };
         }
-        Ok(RuntimeOrAdmin::Runtime(runtime_from(app, token).await?))
+        Ok(RuntimeOrAdmin::Runtime(
+            runtime_from(app, parts, token).await?,
+        ))
     }
 }
 

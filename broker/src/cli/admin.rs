@@ -191,6 +191,33 @@ fn print_table(remote: &Remote, v: &Value, key: &str, columns: &[&str]) {
     }
 }
 
+/// An HTTP client; `https://` addresses are verified against `--ca-file` /
+/// `TESSERA_CA_FILE` (a private CA, as brokers usually have).
+fn client(remote: &Remote) -> anyhow::Result<reqwest::Client> {
+    let builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
+    if !remote.addr.starts_with("https://") {
+        return Ok(builder.build()?);
+    }
+    let ca = remote
+        .ca_file
+        .as_ref()
+        .context("an https:// broker address needs TESSERA_CA_FILE or --ca-file")?;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
+        .with_context(|| format!("cannot read CA file {}", ca.display()))?
+    {
+        roots.add(cert.with_context(|| format!("bad certificate in {}", ca.display()))?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(builder.use_preconfigured_tls(config).build()?)
+}
+
 async fn call(
     remote: &Remote,
     method: reqwest::Method,
@@ -204,9 +231,7 @@ async fn call(
     let token = std::fs::read_to_string(token_file)
         .with_context(|| format!("cannot read admin token file {}", token_file.display()))?;
     let url = format!("{}{path}", remote.addr.trim_end_matches('/'));
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(30))
-        .build()?;
+    let client = client(remote)?;
     let mut req = client.request(method, &url).bearer_auth(token.trim());
     if let Some(b) = body {
         req = req.json(&b);

@@ -68,6 +68,9 @@ pub struct Remote {
     /// File holding the admin token.
     #[arg(long, env = "TESSERA_ADMIN_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// CA certificate(s) to verify an https:// broker address.
+    #[arg(long, env = "TESSERA_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -134,6 +137,7 @@ pub enum PolicyCommand {
 }
 
 pub fn run(cli: Cli) -> ExitCode {
+    crate::server::install_crypto_provider();
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Policy(PolicyCommand::Check { dir }) => {

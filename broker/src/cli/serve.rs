@@ -158,10 +158,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listen: cannot bind {listen}"))?;
-    tracing::info!(addr = %listener.local_addr()?, store = ?app.config.store, "tessera listening");
-    axum::serve(listener, crate::api::router(app))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let router = crate::api::router(app.clone());
+    match &app.config.tls {
+        Some(tls) => {
+            let tls_config = crate::server::tls_config(tls)?;
+            tracing::info!(addr = %listener.local_addr()?, store = ?app.config.store, mtls = tls.client_ca_file.is_some(), "tessera listening (TLS)");
+            crate::server::serve_tls(listener, router, tls_config, shutdown_signal()).await?;
+        }
+        None => {
+            tracing::info!(addr = %listener.local_addr()?, store = ?app.config.store, "tessera listening (plain HTTP)");
+            axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown_signal())
+                .await?;
+        }
+    }
     Ok(())
 }
 

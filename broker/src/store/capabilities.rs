@@ -1,18 +1,21 @@
 //! Capabilities and the leases exchanged for them.
 //!
 //! Invariants enforced here, in the same transaction as the change:
-//! - a capability is only recorded while its run is active (checked under the
-//!   writer's transaction, so a concurrent run end cannot be overtaken);
+//! - a capability is only recorded while its run is active (checked inside the
+//!   writer's transaction, after any run end in the same batch, so a concurrent
+//!   run end cannot be overtaken);
 //! - `uses_left` only goes down by one per exchange and never below zero
 //!   (`UPDATE … WHERE uses_left > 0`, plus a CHECK constraint);
 //! - a revoked capability, or one whose run ended or expired, exchanges nothing;
-//! - rate limits are one atomic GCRA upsert per issuance.
+//! - rate limits are GCRA buckets read and written inside the writer's
+//!   transaction (batches are serialised, across replicas too).
 
 use super::runs::RunState;
-use super::writer::{BoxFuture, WriteCtx, WriteOp};
+use super::writer::{BoxFuture, WriteCtx, WriteOp, ROWS_PER_INSERT};
 use super::{col, Dialect, Store, StoreError};
 use crate::audit::AuditEvent;
 use sqlx::Row;
+use std::collections::{BTreeSet, HashMap};
 
 #[derive(Debug, Clone)]
 pub struct CapabilityRecord {
@@ -51,94 +54,125 @@ pub struct IssueCapability {
     pub audit: AuditEvent,
 }
 
-async fn run_state(ctx: &mut WriteCtx<'_>, run_id: &str) -> Result<Option<RunState>, sqlx::Error> {
-    let q = match ctx.dialect {
-        Dialect::Sqlite => "SELECT ended_at, expires_at FROM runs WHERE id = ?1",
-        Dialect::Postgres => "SELECT ended_at, expires_at FROM runs WHERE id = $1 FOR SHARE",
-    };
-    let row = sqlx::query(q)
-        .bind(run_id)
-        .fetch_optional(&mut *ctx.conn)
-        .await?;
-    Ok(match row {
-        None => None,
-        Some(r) => Some(RunState::of(
-            r.try_get("ended_at")?,
-            r.try_get("expires_at")?,
-            ctx.now(),
-        )),
-    })
+/// An issuance waiting in the writer, and its outcome once applied.
+pub struct IssueSlot {
+    pub op: IssueCapability,
+    pub outcome: Option<IssueOutcome>,
 }
 
-/// Charges one request to a GCRA bucket; `Some(retry_after_us)` when over the rate.
-async fn charge(ctx: &mut WriteCtx<'_>, rate: &RateCharge) -> Result<Option<i64>, sqlx::Error> {
-    let q = ctx.sql(
-        "INSERT INTO rate_limits (bucket, tat_us) VALUES ($1, $2 + $3) \
-         ON CONFLICT (bucket) DO UPDATE SET \
-           tat_us = (CASE WHEN rate_limits.tat_us > $2 THEN rate_limits.tat_us ELSE $2 END) + $3 \
-         WHERE (CASE WHEN rate_limits.tat_us > $2 THEN rate_limits.tat_us ELSE $2 END) + $3 - $4 <= $2 \
-         RETURNING tat_us",
-    );
-    let now = ctx.now_ms * 1000;
-    let admitted = sqlx::query(&q)
-        .bind(&rate.bucket)
-        .bind(now)
-        .bind(rate.interval_us)
-        .bind(rate.window_us)
-        .fetch_optional(&mut *ctx.conn)
-        .await?;
-    if admitted.is_some() {
-        return Ok(None);
+/// `?1, ?2, …` / `$1, $2, …` for an IN list.
+fn in_list(dialect: Dialect, n: usize) -> String {
+    let mut s = super::writer::values_placeholders(dialect, 1, n);
+    s.retain(|c| c != '(' && c != ')');
+    s
+}
+
+/// Applies a batch's issuances together: one query for the runs, one for the rate
+/// buckets, multi-row INSERT/UPSERT for the rows. Each issuance is decided in
+/// order exactly as if applied alone (run active? every rate charge admitted?),
+/// against state read inside the writer's transaction.
+pub(crate) async fn apply_issue_segment(
+    ctx: &mut WriteCtx<'_>,
+    slots: &mut [&mut IssueSlot],
+) -> Result<(), sqlx::Error> {
+    let now = ctx.now();
+    let now_us = ctx.now_ms * 1000;
+
+    let run_ids: BTreeSet<&str> = slots.iter().map(|s| s.op.record.run_id.as_str()).collect();
+    let mut runs: HashMap<String, RunState> = HashMap::new();
+    let run_ids: Vec<&str> = run_ids.into_iter().collect();
+    for chunk in run_ids.chunks(ROWS_PER_INSERT) {
+        let q = format!(
+            "SELECT id, ended_at, expires_at FROM runs WHERE id IN ({})",
+            in_list(ctx.dialect, chunk.len())
+        );
+        let mut query = sqlx::query(&q);
+        for id in chunk {
+            query = query.bind(*id);
+        }
+        for row in query.fetch_all(&mut *ctx.conn).await? {
+            let state = RunState::of(row.try_get("ended_at")?, row.try_get("expires_at")?, now);
+            runs.insert(row.try_get("id")?, state);
+        }
     }
-    let q = ctx.sql("SELECT tat_us FROM rate_limits WHERE bucket = $1");
-    let tat: i64 = sqlx::query(&q)
-        .bind(&rate.bucket)
-        .fetch_one(&mut *ctx.conn)
-        .await?
-        .try_get("tat_us")?;
-    Ok(Some(
-        (tat.max(now) + rate.interval_us - rate.window_us - now).max(1),
-    ))
-}
 
-impl WriteOp for IssueCapability {
-    type Output = IssueOutcome;
-    fn apply<'a>(
-        &'a self,
-        ctx: &'a mut WriteCtx<'_>,
-    ) -> BoxFuture<'a, Result<IssueOutcome, sqlx::Error>> {
-        Box::pin(async move {
-            let r = &self.record;
-            match run_state(ctx, &r.run_id).await? {
-                Some(RunState::Active) => {}
-                other => {
-                    let state = other.unwrap_or(RunState::Ended);
-                    let mut ev = self.audit.clone();
-                    ev.event = "capability.denied";
-                    ev.decision = "deny";
-                    ev.capability_id = None;
-                    ev.reason = Some(format!("run_{}", state.as_str()));
-                    ctx.audit(&ev).await?;
-                    return Ok(IssueOutcome::RunInactive(state));
-                }
+    let buckets: BTreeSet<&str> = slots
+        .iter()
+        .flat_map(|s| s.op.rate.iter().map(|r| r.bucket.as_str()))
+        .collect();
+    let buckets: Vec<&str> = buckets.into_iter().collect();
+    let mut tats: HashMap<String, i64> = HashMap::new();
+    for chunk in buckets.chunks(ROWS_PER_INSERT) {
+        let q = format!(
+            "SELECT bucket, tat_us FROM rate_limits WHERE bucket IN ({})",
+            in_list(ctx.dialect, chunk.len())
+        );
+        let mut query = sqlx::query(&q);
+        for b in chunk {
+            query = query.bind(*b);
+        }
+        for row in query.fetch_all(&mut *ctx.conn).await? {
+            tats.insert(row.try_get("bucket")?, row.try_get("tat_us")?);
+        }
+    }
+
+    let mut dirty: BTreeSet<String> = BTreeSet::new();
+    let mut issued: Vec<usize> = Vec::new();
+    for (i, slot) in slots.iter_mut().enumerate() {
+        let op = &slot.op;
+        let state = runs
+            .get(&op.record.run_id)
+            .copied()
+            .unwrap_or(RunState::Ended);
+        if state != RunState::Active {
+            let mut ev = op.audit.clone();
+            ev.event = "capability.denied";
+            ev.decision = "deny";
+            ev.capability_id = None;
+            ev.reason = Some(format!("run_{}", state.as_str()));
+            ctx.audit(&ev).await?;
+            slot.outcome = Some(IssueOutcome::RunInactive(state));
+            continue;
+        }
+        // GCRA: admitted when the new theoretical arrival time is within one window.
+        let mut retry_after_us: Option<i64> = None;
+        for c in &op.rate {
+            let tat = tats.get(&c.bucket).copied().unwrap_or(now_us).max(now_us) + c.interval_us;
+            if tat - c.window_us > now_us {
+                let wait = (tat - c.window_us - now_us).max(1);
+                retry_after_us = Some(retry_after_us.map_or(wait, |w| w.max(wait)));
             }
-            for rate in &self.rate {
-                if let Some(retry_after_us) = charge(ctx, rate).await? {
-                    let mut ev = self.audit.clone();
-                    ev.event = "capability.rate_limited";
-                    ev.decision = "deny";
-                    ev.capability_id = None;
-                    ev.reason = Some("rate_limited".into());
-                    ctx.audit(&ev).await?;
-                    return Ok(IssueOutcome::RateLimited { retry_after_us });
-                }
-            }
-            let q = ctx.sql(
-                "INSERT INTO capabilities (id, run_id, kid, action, resource, backend, policies, \
-                 issued_at, expires_at, uses, uses_left) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)",
-            );
-            sqlx::query(&q)
+        }
+        if let Some(retry_after_us) = retry_after_us {
+            let mut ev = op.audit.clone();
+            ev.event = "capability.rate_limited";
+            ev.decision = "deny";
+            ev.capability_id = None;
+            ev.reason = Some("rate_limited".into());
+            ctx.audit(&ev).await?;
+            slot.outcome = Some(IssueOutcome::RateLimited { retry_after_us });
+            continue;
+        }
+        for c in &op.rate {
+            let tat = tats.get(&c.bucket).copied().unwrap_or(now_us).max(now_us) + c.interval_us;
+            tats.insert(c.bucket.clone(), tat);
+            dirty.insert(c.bucket.clone());
+        }
+        ctx.audit(&op.audit).await?;
+        slot.outcome = Some(IssueOutcome::Issued);
+        issued.push(i);
+    }
+
+    for chunk in issued.chunks(ROWS_PER_INSERT) {
+        let q = format!(
+            "INSERT INTO capabilities (id, run_id, kid, action, resource, backend, policies, \
+             issued_at, expires_at, uses, uses_left) VALUES {}",
+            super::writer::values_placeholders(ctx.dialect, chunk.len(), 11)
+        );
+        let mut query = sqlx::query(&q);
+        for &i in chunk {
+            let r = &slots[i].op.record;
+            query = query
                 .bind(&r.id)
                 .bind(&r.run_id)
                 .bind(&r.kid)
@@ -149,12 +183,24 @@ impl WriteOp for IssueCapability {
                 .bind(r.issued_at)
                 .bind(r.expires_at)
                 .bind(i64::from(r.uses))
-                .execute(&mut *ctx.conn)
-                .await?;
-            ctx.audit(&self.audit).await?;
-            Ok(IssueOutcome::Issued)
-        })
+                .bind(i64::from(r.uses));
+        }
+        query.execute(&mut *ctx.conn).await?;
     }
+    let dirty: Vec<String> = dirty.into_iter().collect();
+    for chunk in dirty.chunks(ROWS_PER_INSERT) {
+        let q = format!(
+            "INSERT INTO rate_limits (bucket, tat_us) VALUES {} \
+             ON CONFLICT (bucket) DO UPDATE SET tat_us = excluded.tat_us",
+            super::writer::values_placeholders(ctx.dialect, chunk.len(), 2)
+        );
+        let mut query = sqlx::query(&q);
+        for b in chunk {
+            query = query.bind(b).bind(tats.get(b).copied().unwrap_or(now_us));
+        }
+        query.execute(&mut *ctx.conn).await?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone)]

@@ -13,10 +13,16 @@
 //! fail the others; if the connection itself is lost, every op in the batch gets
 //! [`StoreError::Unavailable`] and the connection is reopened on the next batch.
 //!
-//! On PostgreSQL with several replicas, each replica has its own writer; they
-//! serialise only on the audit chain's head row (`SELECT … FOR UPDATE`), once per
-//! batch.
+//! Statements are batched too, not only commits: audit rows and capability rows
+//! are written with multi-row INSERTs, and issuances read their runs and rate
+//! buckets with one query each per batch.
+//!
+//! On PostgreSQL with several replicas, each replica has its own writer. Every
+//! batch first locks the audit chain's head row (`SELECT … FOR UPDATE`), so
+//! batches of all replicas are serialised: a batch may read state (run ended?
+//! rate bucket?) and write it back without another replica interleaving.
 
+use super::capabilities::{apply_issue_segment, IssueCapability, IssueOutcome, IssueSlot};
 use super::{sql_for, Dialect, StoreError};
 use crate::audit::{chain_hash, AuditEvent};
 use crate::clock::Clock;
@@ -44,6 +50,39 @@ pub struct WriteCtx<'c> {
     pub now_ms: i64,
     head_seq: i64,
     head_hash: String,
+    /// Audit rows of this batch, written in bulk just before the commit.
+    audit_rows: Vec<AuditRow>,
+}
+
+struct AuditRow {
+    seq: i64,
+    event: AuditEvent,
+    prev_hash: String,
+    hash: String,
+}
+
+/// Rows per multi-row INSERT (bounded so statement variants stay few).
+pub const ROWS_PER_INSERT: usize = 50;
+
+/// `($1, $2), ($3, $4)`-style VALUES placeholders for `rows` rows of `cols` columns.
+pub fn values_placeholders(dialect: Dialect, rows: usize, cols: usize) -> String {
+    let mark = match dialect {
+        Dialect::Postgres => '$',
+        Dialect::Sqlite => '?',
+    };
+    let mut out = String::with_capacity(rows * cols * 5);
+    for r in 0..rows {
+        out.push_str(if r == 0 { "(" } else { ", (" });
+        for c in 0..cols {
+            if c > 0 {
+                out.push_str(", ");
+            }
+            out.push(mark);
+            out.push_str(&(r * cols + c + 1).to_string());
+        }
+        out.push(')');
+    }
+    out
 }
 
 impl WriteCtx<'_> {
@@ -55,35 +94,52 @@ impl WriteCtx<'_> {
         self.now_ms.div_euclid(1000)
     }
 
-    /// Appends one event to the audit chain, in this transaction.
+    /// Appends one event to the audit chain, in this transaction (the row is
+    /// written with the batch's other audit rows, before the commit).
     pub async fn audit(&mut self, event: &AuditEvent) -> Result<(), sqlx::Error> {
         let seq = self.head_seq + 1;
         let hash = chain_hash(&self.head_hash, seq, self.now_ms, event);
-        let q = self.sql(
-            "INSERT INTO audit (seq, at_ms, event, actor, decision, reason, run_id, capability_id, \
-             user_name, action, resource, request_id, detail, prev_hash, hash) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-        );
-        sqlx::query(&q)
-            .bind(seq)
-            .bind(self.now_ms)
-            .bind(event.event)
-            .bind(&event.actor)
-            .bind(event.decision)
-            .bind(&event.reason)
-            .bind(&event.run_id)
-            .bind(&event.capability_id)
-            .bind(&event.user)
-            .bind(&event.action)
-            .bind(&event.resource)
-            .bind(&event.request_id)
-            .bind(&event.detail)
-            .bind(&self.head_hash)
-            .bind(&hash)
-            .execute(&mut *self.conn)
-            .await?;
+        let prev_hash = std::mem::replace(&mut self.head_hash, hash.clone());
         self.head_seq = seq;
-        self.head_hash = hash;
+        self.audit_rows.push(AuditRow {
+            seq,
+            event: event.clone(),
+            prev_hash,
+            hash,
+        });
+        Ok(())
+    }
+
+    async fn flush_audit(&mut self) -> Result<(), sqlx::Error> {
+        let rows = std::mem::take(&mut self.audit_rows);
+        for chunk in rows.chunks(ROWS_PER_INSERT) {
+            let q = format!(
+                "INSERT INTO audit (seq, at_ms, event, actor, decision, reason, run_id, capability_id, \
+                 user_name, action, resource, request_id, detail, prev_hash, hash) VALUES {}",
+                values_placeholders(self.dialect, chunk.len(), 15)
+            );
+            let mut query = sqlx::query(&q);
+            for r in chunk {
+                let e = &r.event;
+                query = query
+                    .bind(r.seq)
+                    .bind(self.now_ms)
+                    .bind(e.event)
+                    .bind(&e.actor)
+                    .bind(e.decision)
+                    .bind(&e.reason)
+                    .bind(&e.run_id)
+                    .bind(&e.capability_id)
+                    .bind(&e.user)
+                    .bind(&e.action)
+                    .bind(&e.resource)
+                    .bind(&e.request_id)
+                    .bind(&e.detail)
+                    .bind(&r.prev_hash)
+                    .bind(&r.hash);
+            }
+            query.execute(&mut *self.conn).await?;
+        }
         Ok(())
     }
 }
@@ -100,8 +156,40 @@ pub trait WriteOp: Send + Sync + 'static {
 
 trait Job: Send {
     fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+    /// Capability issuances are applied together, in bulk, after the other ops.
+    fn issue_slot(&mut self) -> Option<&mut IssueSlot> {
+        None
+    }
     fn discard(&mut self);
     fn finish(self: Box<Self>, error: Option<StoreError>);
+}
+
+struct IssueJob {
+    slot: IssueSlot,
+    reply: oneshot::Sender<Result<IssueOutcome, StoreError>>,
+}
+
+impl Job for IssueJob {
+    fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move { apply_issue_segment(ctx, &mut [&mut self.slot]).await })
+    }
+
+    fn issue_slot(&mut self) -> Option<&mut IssueSlot> {
+        Some(&mut self.slot)
+    }
+
+    fn discard(&mut self) {
+        self.slot.outcome = None;
+    }
+
+    fn finish(self: Box<Self>, error: Option<StoreError>) {
+        let result = match (error, self.slot.outcome) {
+            (None, Some(out)) => Ok(out),
+            (Some(e), _) => Err(e),
+            (None, None) => Err(StoreError::Unavailable("write produced no result".into())),
+        };
+        let _ = self.reply.send(result);
+    }
 }
 
 struct Pending<O: WriteOp> {
@@ -165,11 +253,30 @@ impl Writer {
     /// Applies `op` durably; returns only after its transaction committed.
     pub async fn submit<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
         let (reply, rx) = oneshot::channel();
-        let job: Box<dyn Job> = Box::new(Pending {
-            op,
-            out: None,
-            reply,
-        });
+        self.enqueue(
+            Box::new(Pending {
+                op,
+                out: None,
+                reply,
+            }),
+            rx,
+        )
+        .await
+    }
+
+    /// Records a capability (see `capabilities::apply_issue_segment`); returns only
+    /// after its transaction committed.
+    pub async fn issue(&self, op: IssueCapability) -> Result<IssueOutcome, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let slot = IssueSlot { op, outcome: None };
+        self.enqueue(Box::new(IssueJob { slot, reply }), rx).await
+    }
+
+    async fn enqueue<T>(
+        &self,
+        job: Box<dyn Job>,
+        rx: oneshot::Receiver<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         self.tx
             .send(job)
             .await
@@ -350,10 +457,20 @@ async fn apply_all(
         now_ms: clock.now_ms(),
         head_seq,
         head_hash,
+        audit_rows: Vec::new(),
     };
+    // Everything in one batch was in flight at the same time, so any order is a
+    // valid serialisation: first the ops one by one, then all issuances in bulk.
     for job in batch.iter_mut() {
-        job.run(&mut ctx).await?;
+        if job.issue_slot().is_none() {
+            job.run(&mut ctx).await?;
+        }
     }
+    let mut slots: Vec<&mut IssueSlot> = batch.iter_mut().filter_map(|j| j.issue_slot()).collect();
+    if !slots.is_empty() {
+        apply_issue_segment(&mut ctx, &mut slots).await?;
+    }
+    ctx.flush_audit().await?;
     if ctx.head_seq != head_seq {
         let q = sql_for(
             dialect,

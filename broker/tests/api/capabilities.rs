@@ -24,6 +24,7 @@ both_stores!(
     approval_policies_are_never_auto_issued,
     task_kind_scopes_a_permit,
     rate_limit_returns_429_with_retry_after,
+    rate_limit_holds_under_concurrency,
     requested_ttl_only_shortens,
     revoke_one_capability,
     unknown_action_is_rejected_before_policy,
@@ -323,4 +324,45 @@ async fn unknown_action_is_rejected_before_policy(app: TestApp) {
     )
     .await;
     assert_eq!(app.count("capabilities").await, 0);
+}
+
+async fn rate_limit_holds_under_concurrency(app: TestApp) {
+    let (_k, _r, rita) = app.run_for("rita").await;
+    let mut tasks = Vec::new();
+    for _ in 0..30 {
+        let client = app.client.clone();
+        let url = app.url("/v1/capabilities");
+        let rita = rita.clone();
+        tasks.push(tokio::spawn(async move {
+            let body = json!({ "action": "read", "resource": "svc-reports:x" });
+            client
+                .post(url)
+                .bearer_auth(rita)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }));
+    }
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::CREATED)
+            .count(),
+        3,
+        "@rate(3/min)"
+    );
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+            .count(),
+        27
+    );
+    assert_eq!(app.count("capabilities").await, 3);
 }

@@ -138,6 +138,7 @@ impl TestApp {
 
     /// `pg_server`: where PostgreSQL is reached (e.g. through a test proxy).
     pub async fn spawn_with(db: Db, pg_server: Option<String>) -> TestApp {
+        tessera_broker::server::install_crypto_provider();
         let dir = TempDir::new();
         let store_url = match db {
             Db::Sqlite => format!("sqlite://{}", dir.0.join("tessera.db").display()),

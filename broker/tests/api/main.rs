@@ -10,4 +10,5 @@ mod inputs;
 mod keys;
 mod runs;
 mod store;
+mod tls;
 mod tokens;

@@ -12,6 +12,7 @@ both_stores!(
     runtimes_cannot_see_or_end_each_others_runs,
     expired_run_is_treated_as_ended,
     bad_credentials_are_401,
+    no_capability_outlives_a_concurrent_run_end,
 );
 
 async fn run_lifecycle_and_idempotent_end(app: TestApp) {
@@ -215,4 +216,61 @@ async fn bad_credentials_are_401(app: TestApp) {
     )
     .await;
     assert_eq!(app.count("capabilities").await, 0);
+}
+
+async fn no_capability_outlives_a_concurrent_run_end(app: TestApp) {
+    let (key, run_id, token) = app.run_for("ursula").await;
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let client = app.client.clone();
+        let url = app.url("/v1/capabilities");
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            let body =
+                serde_json::json!({ "action": "read", "resource": format!("svc-reports:r/{i}") });
+            let resp = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (resp.status(), resp.json::<Value>().await.unwrap())
+        }));
+    }
+    let end: Value = app
+        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let mut issued = Vec::new();
+    for t in tasks {
+        let (status, body) = t.await.unwrap();
+        match status {
+            StatusCode::CREATED => issued.push(body),
+            StatusCode::FORBIDDEN => assert_eq!(body["error"]["code"], "run_ended"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    // Whatever was issued before the end was revoked by it; nothing was issued after.
+    assert_eq!(
+        end["revoked"]["capabilities"].as_u64().unwrap(),
+        issued.len() as u64
+    );
+    let live =
+        sqlx::query(&app.state.store.sql(
+            "SELECT COUNT(*) AS n FROM capabilities WHERE run_id = $1 AND revoked_at IS NULL",
+        ))
+        .bind(&run_id)
+        .fetch_one(app.state.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(sqlx::Row::try_get::<i64, _>(&live, "n").unwrap(), 0);
+    for cap in issued {
+        assert_eq!(
+            app.introspect(&key, cap["token"].as_str().unwrap()).await["active"],
+            false
+        );
+    }
 }

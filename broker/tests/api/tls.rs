@@ -1,0 +1,206 @@
+//! TLS termination and mTLS for runtimes, with certificates made on the fly.
+
+use crate::helpers::{assert_error, test_policy, TempDir};
+use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use reqwest::StatusCode;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tessera_broker::app::App;
+use tessera_broker::clock::Clock;
+use tessera_broker::config::{Config, Overrides};
+use tessera_broker::ids::{new_secret, secret_hash, ADMIN_TOKEN_PREFIX};
+use tessera_broker::keys::Kek;
+
+struct Pki {
+    ca_pem: String,
+    server: (String, String),
+    client: (String, String),
+    rogue: (String, String),
+}
+
+fn pki() -> Pki {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf = |names: Vec<String>,
+                usage: ExtendedKeyUsagePurpose,
+                signer: Option<(&rcgen::Certificate, &KeyPair)>| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.extended_key_usages = vec![usage];
+        let cert = match signer {
+            Some((c, k)) => params.signed_by(&key, c, k).unwrap(),
+            None => params.self_signed(&key).unwrap(),
+        };
+        (cert.pem(), key.serialize_pem())
+    };
+    Pki {
+        ca_pem: ca.pem(),
+        server: leaf(
+            vec!["tessera.test".into()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+            Some((&ca, &ca_key)),
+        ),
+        client: leaf(
+            vec!["runtime-1".into()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+            Some((&ca, &ca_key)),
+        ),
+        rogue: leaf(
+            vec!["runtime-1".into()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+            None,
+        ),
+    }
+}
+
+fn client(pki: &Pki, addr: SocketAddr, identity: Option<&(String, String)>) -> reqwest::Client {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    reqwest::Client::builder()
+        .use_preconfigured_tls(config)
+        .resolve("tessera.test", addr)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_mtls_for_runtimes() {
+    tessera_broker::server::install_crypto_provider();
+    let pki = pki();
+    let dir = TempDir::new();
+    let write = |name: &str, text: &str| {
+        let p = dir.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let toml = format!(
+        "[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nclient_ca_file = \"{}\"\n\n{}",
+        write("server.pem", &pki.server.0),
+        write("server.key", &pki.server.1),
+        write("ca.pem", &pki.ca_pem),
+        crate::helpers::TEST_CONFIG
+    );
+    let store = format!("sqlite://{}", dir.0.join("t.db").display());
+    let env = move |k: &str| (k == "TESSERA_STORE_URL").then(|| store.clone());
+    let overrides = Overrides {
+        dev: true,
+        data_dir: Some(dir.0.clone()),
+        ..Default::default()
+    };
+    let config = Config::from_toml(&toml, &overrides, &env).unwrap();
+    let tls = tessera_broker::server::tls_config(config.tls.as_ref().unwrap()).unwrap();
+    let admin = new_secret(ADMIN_TOKEN_PREFIX);
+    let app = App::build(
+        config,
+        Kek::generate().0,
+        test_policy(),
+        Some(secret_hash(&admin)),
+        Clock::new(),
+    )
+    .await
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = tessera_broker::api::router(app);
+    tokio::spawn(tessera_broker::server::serve_tls(
+        listener,
+        router,
+        tls,
+        std::future::pending(),
+    ));
+    let url = |p: &str| format!("https://tessera.test:{}{p}", addr.port());
+
+    // Plain HTTP to the TLS port gets nothing.
+    assert!(reqwest::get(format!("http://{addr}/healthz"))
+        .await
+        .is_err());
+
+    let anonymous = client(&pki, addr, None);
+    let runtime = client(&pki, addr, Some(&pki.client));
+    assert_eq!(
+        anonymous
+            .get(url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let created: Value = anonymous
+        .post(url("/v1/admin/runtimes"))
+        .bearer_auth(secrecy::ExposeSecret::expose_secret(&admin))
+        .json(&json!({ "name": "rt" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = created["key"].as_str().unwrap();
+    let run_body = json!({ "user": "alice", "task": { "id": "t", "kind": "summarize" } });
+
+    // A runtime key without a client certificate is refused.
+    let resp = anonymous
+        .post(url("/v1/runs"))
+        .bearer_auth(key)
+        .json(&run_body)
+        .send()
+        .await
+        .unwrap();
+    assert_error(
+        resp,
+        StatusCode::UNAUTHORIZED,
+        "client_certificate_required",
+    )
+    .await;
+    // A certificate from another CA does not even complete the handshake.
+    let rogue = client(&pki, addr, Some(&pki.rogue));
+    assert!(rogue
+        .post(url("/v1/runs"))
+        .bearer_auth(key)
+        .json(&run_body)
+        .send()
+        .await
+        .is_err());
+    // With the runtime's certificate it works.
+    let resp = runtime
+        .post(url("/v1/runs"))
+        .bearer_auth(key)
+        .json(&run_body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let run: Value = resp.json().await.unwrap();
+    // The tool in the sandbox has no certificate and needs none.
+    let resp = anonymous
+        .post(url("/v1/capabilities"))
+        .bearer_auth(run["run_token"].as_str().unwrap())
+        .json(&json!({ "action": "read", "resource": "svc-reports:reports/q1" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+}
