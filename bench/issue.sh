@@ -5,6 +5,7 @@
 #
 #   bench/issue.sh                 # defaults: 64 connections, 2 wrk threads, 15 s each
 #   DURATION=30s CONNS=64 bench/issue.sh
+#   TARGETS="sqlite" bench/issue.sh   # any of: ceiling sqlite postgres
 #
 # Needs wrk, curl and jq (apt-get install wrk curl jq) and PostgreSQL on
 # 127.0.0.1:5432 (scripts/services.sh). Loopback only. Results: bench/out/results.md.
@@ -16,6 +17,7 @@ CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 RUNS=${RUNS:-64}
 PORT=${PORT:-8701}
+TARGETS=${TARGETS:-ceiling sqlite postgres}
 PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 TARGET=${CARGO_TARGET_DIR:-target}
 OUT=bench/out
@@ -107,6 +109,9 @@ bench_broker() {
   rm -rf "$dir"
 }
 
+wants() { [[ " $TARGETS " == *" $1 "* ]]; }
+
+if wants ceiling; then
 # Ceiling: sign only.
 "$CEILING" "127.0.0.1:$PORT" &
 pids+=("$!")
@@ -121,11 +126,16 @@ wait_ready_ceiling() {
 wait_ready_ceiling
 run_wrk "ceiling (sign only)" bench/ceiling.lua
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+fi
 
-bench_broker "tessera sqlite" "sqlite://$(mktemp -d)/bench.db"
+if wants sqlite; then
+  bench_broker "tessera sqlite" "sqlite://$(mktemp -d)/bench.db"
+fi
 
-psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS tessera_bench" -qc "CREATE DATABASE tessera_bench" >/dev/null
-bench_broker "tessera postgres" "$PG_URL/tessera_bench"
+if wants postgres; then
+  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS tessera_bench" -qc "CREATE DATABASE tessera_bench" 2>/dev/null
+  bench_broker "tessera postgres" "$PG_URL/tessera_bench"
+fi
 
 echo
 cat "$RESULTS"

@@ -28,10 +28,18 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
     buf
 }
 
-/// A random version-4 UUID in its canonical text form.
+/// A new version-7 UUID (RFC 9562) in its canonical text form: 48 bits of
+/// Unix milliseconds, then 74 random bits. Ids are identifiers, not secrets;
+/// being time-ordered, new rows land at the right edge of the store's B-trees
+/// instead of on random pages, which keeps each group commit small.
 pub fn new_id() -> String {
     let mut b = random_bytes::<16>();
-    b[6] = (b[6] & 0x0f) | 0x40;
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    b[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    b[6] = (b[6] & 0x0f) | 0x70;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = hex(&b);
     format!(
@@ -97,7 +105,8 @@ mod tests {
         let b = new_id();
         assert!(is_id(&a), "{a}");
         assert_ne!(a, b);
-        assert_eq!(&a[14..15], "4");
+        assert_eq!(&a[14..15], "7");
+        assert!(a < b || a[..13] == b[..13], "time-ordered");
         assert!(!is_id("not-an-id"));
         assert!(!is_id(&a.to_uppercase()));
     }

@@ -99,7 +99,6 @@ CREATE TABLE audit (
     prev_hash     TEXT NOT NULL,
     hash          TEXT NOT NULL
 );
-CREATE INDEX audit_run ON audit(run_id);
 
 CREATE TABLE audit_head (
     id   INTEGER PRIMARY KEY CHECK (id = 1),

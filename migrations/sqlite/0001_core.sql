@@ -32,7 +32,8 @@ CREATE TABLE runs (
 CREATE INDEX runs_runtime ON runs(runtime_id);
 
 -- Capabilities: every issued JWT, recorded before it is returned. The token
--- itself is never stored; `id` is its jti.
+-- itself is never stored; `id` is its jti (a time-ordered UUIDv7, so the table,
+-- clustered on it, grows at its right edge).
 CREATE TABLE capabilities (
     id            TEXT PRIMARY KEY,
     run_id        TEXT NOT NULL REFERENCES runs(id),
@@ -47,7 +48,7 @@ CREATE TABLE capabilities (
     uses_left     INTEGER NOT NULL CHECK (uses_left >= 0 AND uses_left <= uses),
     revoked_at    BIGINT,
     revoke_reason TEXT
-);
+) WITHOUT ROWID;
 CREATE INDEX capabilities_run ON capabilities(run_id);
 
 -- Leases: downstream credentials minted by an exchange.
@@ -99,7 +100,6 @@ CREATE TABLE audit (
     prev_hash     TEXT NOT NULL,
     hash          TEXT NOT NULL
 );
-CREATE INDEX audit_run ON audit(run_id);
 
 CREATE TABLE audit_head (
     id   INTEGER PRIMARY KEY CHECK (id = 1),

@@ -447,6 +447,7 @@ async fn apply_all(
             "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE",
         ),
     };
+    let started = std::time::Instant::now();
     conn.execute(begin).await?;
     let head = sqlx::query(head_sql).fetch_one(&mut *conn).await?;
     let head_seq: i64 = head.try_get("seq")?;
@@ -471,6 +472,7 @@ async fn apply_all(
         apply_issue_segment(&mut ctx, &mut slots).await?;
     }
     ctx.flush_audit().await?;
+    let applied = started.elapsed();
     if ctx.head_seq != head_seq {
         let q = sql_for(
             dialect,
@@ -483,6 +485,12 @@ async fn apply_all(
             .await?;
     }
     ctx.conn.execute("COMMIT").await?;
+    tracing::debug!(
+        ops = batch.len(),
+        apply_us = applied.as_micros() as u64,
+        total_us = started.elapsed().as_micros() as u64,
+        "batch committed"
+    );
     Ok(())
 }
 

@@ -245,7 +245,7 @@ impl TestApp {
     pub async fn run_for(&self, user: &str) -> (String, String, String) {
         let key = self
             .create_runtime(
-                &format!("rt-{}", &tessera_broker::ids::new_id()[..8]),
+                &format!("rt-{}", &tessera_broker::ids::new_id()[24..]),
                 "*",
                 "*",
             )
