@@ -46,9 +46,13 @@ async fn start_dev_broker() -> Broker {
         .arg(policy_dir())
         .current_dir(&dir)
         .env("TESSERA_ADMIN_TOKEN_FILE", dir.join("admin.token"))
-        .env("TESSERA_LOG", "warn")
+        // Everything the broker logs, at the most verbose level, goes to a file
+        // that the test then searches for every secret it handled.
+        .env("TESSERA_LOG", "trace")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.join("broker.log")).unwrap(),
+        ))
         .spawn()
         .unwrap();
     let broker = Broker {
@@ -153,6 +157,7 @@ async fn dev_broker_from_an_empty_folder_to_a_revoked_capability() {
         .await
         .unwrap();
     assert_eq!(ex.status(), 200);
+    let exchanged: Value = ex.json().await.unwrap();
 
     let rotated = cli(&broker, &["keys", "rotate", "--json"]);
     assert!(rotated.status.success());
@@ -182,6 +187,37 @@ async fn dev_broker_from_an_empty_folder_to_a_revoked_capability() {
         .await
         .unwrap();
     assert_eq!(intro, json!({ "active": false }));
+    // A refused request with a bad credential must not echo it either.
+    let bogus = format!("tsr_run_{}", "Z".repeat(43));
+    let _ = http
+        .post(format!("{}/v1/capabilities", broker.addr))
+        .bearer_auth(&bogus)
+        .json(&json!({ "action": "read", "resource": "svc-reports:reports/x" }))
+        .send()
+        .await
+        .unwrap();
+
+    // No secret in any log line, at trace level.
+    let log = std::fs::read_to_string(dir.join("broker.log")).unwrap();
+    assert!(log.lines().count() > 10, "the broker logged at trace level");
+    let admin = std::fs::read_to_string(dir.join("admin.token")).unwrap();
+    let kek = std::fs::read_to_string(dir.join("tessera-dev.kek")).unwrap();
+    for (name, secret) in [
+        ("runtime key", key.as_str()),
+        ("run token", run_token),
+        ("capability", cap["token"].as_str().unwrap()),
+        ("exchanged token", exchanged["token"].as_str().unwrap()),
+        ("admin token", admin.trim()),
+        ("kek", kek.trim()),
+        ("bogus bearer", bogus.as_str()),
+    ] {
+        assert!(!log.contains(secret), "{name} found in the broker log");
+        // Also the random half alone (a log could cut the prefix off).
+        assert!(
+            !log.contains(&secret[secret.len() - 24..]),
+            "{name} fragment found in the broker log"
+        );
+    }
 }
 
 #[tokio::test]

@@ -26,7 +26,6 @@ use crate::store::capabilities::{
     CapabilityRecord, IssueCapability, IssueOutcome, RateCharge, RevokeCapability, Revoker,
 };
 use crate::store::runs::{RunRecord, RunState};
-use crate::store::writer::AppendAudit;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -113,7 +112,7 @@ pub async fn request(
             if !errors.is_empty() {
                 tracing::warn!(?errors, "policy evaluation errors");
             }
-            tracing::info!(?policies, "capability denied by policy");
+            tracing::info!(user = %run.user, action = %req.action, resource = %req.resource, ?policies, "capability denied by policy");
             audit.event = "capability.denied";
             audit.decision = "deny";
             audit.reason = Some(
@@ -125,12 +124,9 @@ pub async fn request(
                 .into(),
             );
             audit.detail = Some(format!("policies={}", policies.join(",")));
-            app.store.writer().submit(AppendAudit(audit)).await?;
             app.metrics.capability("denied");
-            return Err(ApiError::forbidden(
-                "capability_denied",
-                "request denied by policy",
-            ));
+            let refusal = ApiError::forbidden("capability_denied", "request denied by policy");
+            return Err(record_refusal(&app, &run, audit, refusal).await);
         }
         PolicyDecision::Allow {
             policies,
@@ -142,12 +138,12 @@ pub async fn request(
         audit.decision = "deny";
         audit.reason = Some("approval_required".into());
         audit.detail = Some(format!("policy={p}"));
-        app.store.writer().submit(AppendAudit(audit)).await?;
         app.metrics.capability("approval_required");
-        return Err(ApiError::forbidden(
+        let refusal = ApiError::forbidden(
             "approval_required",
             "this capability needs a human approval, which this broker does not offer yet",
-        ));
+        );
+        return Err(record_refusal(&app, &run, audit, refusal).await);
     }
 
     let issued = issue(
@@ -168,6 +164,34 @@ pub async fn request(
         Err(_) => app.metrics.capability("refused"),
     }
     issued
+}
+
+/// Records a refusal through the same path as an issuance: charged to the run's
+/// server-wide rate bucket and audited in the writer's batch. Returns the error
+/// to answer with (429 when the run is over its rate, run_ended when it ended).
+async fn record_refusal(
+    app: &AppState,
+    run: &RunRecord,
+    audit: AuditEvent,
+    refusal: ApiError,
+) -> ApiError {
+    let op = IssueCapability {
+        record: None,
+        rate: vec![rate_charge(
+            format!("run:{}", run.id),
+            &app.config.limits.max_rate,
+        )],
+        audit,
+    };
+    match app.store.writer().issue(op).await {
+        Ok(IssueOutcome::Denied) => refusal,
+        Ok(IssueOutcome::RunInactive(state)) => run_inactive(state),
+        Ok(IssueOutcome::RateLimited { retry_after_us }) => {
+            ApiError::rate_limited((retry_after_us as u64).div_ceil(1_000_000))
+        }
+        Ok(IssueOutcome::Issued) => ApiError::internal(),
+        Err(e) => e.into(),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -247,7 +271,7 @@ async fn issue(
         .store
         .writer()
         .issue(IssueCapability {
-            record,
+            record: Some(record),
             rate,
             audit,
         })
@@ -263,6 +287,7 @@ async fn issue(
             }),
         )),
         IssueOutcome::RunInactive(state) => Err(run_inactive(state)),
+        IssueOutcome::Denied => Err(ApiError::internal()),
         IssueOutcome::RateLimited { retry_after_us } => Err(ApiError::rate_limited(
             (retry_after_us as u64).div_ceil(1_000_000),
         )),

@@ -3,8 +3,8 @@
 //! The capability is the credential: its signature, type, issuer, audience and
 //! times are checked first; then the store — not any cache — decides whether it is
 //! revoked, its run ended or expired, or its uses ran out, and takes one use
-//! atomically while recording the lease. A credential minted for an exchange the
-//! store then refuses is revoked at the backend before the refusal is returned.
+//! atomically while recording the lease. Only then is the downstream credential
+//! minted; a backend failure marks the reserved lease failed.
 
 use super::extract::{ApiJson, RequestId};
 use crate::app::AppState;
@@ -16,8 +16,9 @@ use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::keys::jwt::JwtError;
 use crate::keys::manage;
-use crate::store::capabilities::{ConsumeOutcome, ConsumeUse, LeaseRecord};
+use crate::store::capabilities::{ConsumeOutcome, ConsumeUse, FailLease, LeaseRecord};
 use crate::store::runs::RunState;
+use crate::store::writer::AppendAudit;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
@@ -48,6 +49,10 @@ pub async fn verify_capability(
     let aud = app.config.capability_audience();
     let first = capability::verify(token, &app.keys.snapshot(), &app.config.issuer, &aud, now);
     if first != Err(TokenError::Jwt(JwtError::UnknownKey)) {
+        return first;
+    }
+    // Unknown kids are cheap to send: reload at most once per interval, one at a time.
+    if !app.keys.try_begin_reload(app.clock.now_ms()) {
         return first;
     }
     match manage::load(&app.store, &app.kek, now).await {
@@ -94,6 +99,8 @@ pub async fn exchange(
     RequestId(rid): RequestId,
     ApiJson(req): ApiJson<ExchangeRequest>,
 ) -> Result<Json<ExchangeResponse>, ApiError> {
+    // Unverifiable tokens are counted and logged, not audited: they cannot be
+    // attributed to anyone, and auditing them would let anyone grow the log.
     let claims = match verify_capability(&app, &req.capability).await {
         Ok(c) => c,
         Err(e) => {
@@ -101,35 +108,6 @@ pub async fn exchange(
             return Err(token_error(e));
         }
     };
-    let Some((backend_name, path)) = claims.res.split_once(':') else {
-        return Err(token_error(TokenError::Jwt(JwtError::Malformed)));
-    };
-    let Some(backend) = app.backends.get(backend_name).cloned() else {
-        app.metrics.exchange("backend_gone");
-        return Err(ApiError::forbidden(
-            "unknown_backend",
-            "the capability's backend is no longer configured",
-        ));
-    };
-    let now = app.clock.now();
-    let lease_id = new_id();
-    let issued = backend
-        .issue(Grant {
-            claims: &claims,
-            lease_id: &lease_id,
-            path,
-            now,
-        })
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, backend = backend_name, "backend could not issue");
-            app.metrics.exchange("backend_unavailable");
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "backend_unavailable",
-                "the downstream backend is unavailable",
-            )
-        })?;
     let mut audit = AuditEvent::new("exchange.succeeded", format!("run:{}", claims.run), "allow");
     audit.run_id = Some(claims.run.clone());
     audit.capability_id = Some(claims.jti.clone());
@@ -137,6 +115,25 @@ pub async fn exchange(
     audit.action = Some(claims.act.clone());
     audit.resource = Some(claims.res.clone());
     audit.request_id = Some(rid);
+    let backend = claims
+        .res
+        .split_once(':')
+        .and_then(|(name, path)| Some((name, path, app.backends.get(name).cloned()?)));
+    let Some((backend_name, path, backend)) = backend else {
+        app.metrics.exchange("backend_gone");
+        audit.event = "exchange.refused";
+        audit.decision = "deny";
+        audit.reason = Some("unknown_backend".into());
+        app.store.writer().submit(AppendAudit(audit)).await?;
+        return Err(ApiError::forbidden(
+            "unknown_backend",
+            "the capability's backend is no longer configured",
+        ));
+    };
+
+    // 1. Reserve: take one use and record the lease, atomically. Nothing is minted
+    //    downstream for a capability the store refuses.
+    let lease_id = new_id();
     audit.detail = Some(format!("lease={lease_id} backend={backend_name}"));
     let lease = LeaseRecord {
         id: lease_id.clone(),
@@ -144,34 +141,56 @@ pub async fn exchange(
         run_id: claims.run.clone(),
         backend: backend_name.to_owned(),
         kind: backend.kind().to_owned(),
-        expires_at: issued.expires_at,
+        expires_at: claims.exp,
     };
-    let outcome = match app.store.writer().submit(ConsumeUse { lease, audit }).await {
-        Ok(o) => o,
-        Err(e) => {
-            if let Err(re) = backend.revoke(&lease_id).await {
-                tracing::error!(error = %re, lease = %lease_id, "could not revoke an unrecorded lease");
-            }
-            return Err(e.into());
-        }
+    let outcome = app
+        .store
+        .writer()
+        .submit(ConsumeUse {
+            lease,
+            audit: audit.clone(),
+        })
+        .await?;
+    let ConsumeOutcome::Consumed { uses_left } = outcome else {
+        app.metrics.exchange(outcome.reason());
+        return Err(refusal(&outcome));
     };
-    match outcome {
-        ConsumeOutcome::Consumed { uses_left } => {
+
+    // 2. Mint. If the backend fails, the reserved lease is marked failed (the use
+    //    stays spent: failing closed never hands out a second credential).
+    let now = app.clock.now();
+    let grant = Grant {
+        claims: &claims,
+        lease_id: &lease_id,
+        path,
+        now,
+    };
+    match backend.issue(grant).await {
+        Ok(issued) => {
             app.metrics.exchange("ok");
             Ok(Json(ExchangeResponse {
                 kind: backend.kind().to_owned(),
                 lease_id,
-                expires_at: rfc3339(issued.expires_at),
+                expires_at: rfc3339(issued.expires_at.min(claims.exp)),
                 uses_left,
                 fields: issued.fields,
             }))
         }
-        refused => {
-            if let Err(re) = backend.revoke(&lease_id).await {
-                tracing::error!(error = %re, lease = %lease_id, "could not revoke a refused lease");
-            }
-            app.metrics.exchange(refused.reason());
-            Err(refusal(&refused))
+        Err(e) => {
+            tracing::error!(error = %e, backend = backend_name, "backend could not issue");
+            app.metrics.exchange("backend_unavailable");
+            audit.event = "lease.failed";
+            audit.decision = "error";
+            audit.reason = Some("backend_unavailable".into());
+            app.store
+                .writer()
+                .submit(FailLease { lease_id, audit })
+                .await?;
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "backend_unavailable",
+                "the downstream backend is unavailable",
+            ))
         }
     }
 }

@@ -52,8 +52,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 fn json_error(rejection: JsonRejection) -> ApiError {
     match rejection {
         JsonRejection::JsonDataError(e) => {
-            let mut msg = e.body_text();
-            msg.truncate(200);
+            // serde's text can quote request content: cut it short, on a char boundary.
+            let msg: String = e.body_text().chars().take(200).collect();
             ApiError::bad_request("invalid_request", msg)
         }
         JsonRejection::JsonSyntaxError(_) => {
@@ -67,7 +67,10 @@ fn json_error(rejection: JsonRejection) -> ApiError {
         JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             body_too_large()
         }
-        other => ApiError::bad_request("invalid_request", other.body_text()),
+        other => ApiError::bad_request(
+            "invalid_request",
+            other.body_text().chars().take(200).collect::<String>(),
+        ),
     }
 }
 

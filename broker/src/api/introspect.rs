@@ -101,7 +101,7 @@ async fn access_token(
         return Ok(inactive());
     };
     let visible = caller.runtime_id().is_none_or(|rt| rt == st.runtime_id);
-    if !visible || !st.is_active(now) {
+    if !visible || !st.is_alive(now) {
         return Ok(inactive());
     }
     let mut body = serde_json::to_value(&claims).map_err(|_| ApiError::internal())?;

@@ -36,27 +36,39 @@ pub async fn load(store: &Store, kek: &Kek, now: i64) -> Result<KeySet, KeyStore
     if active.kid() != active_row.kid {
         return Err(KeyStoreError::Sealed(active_row.kid.clone()));
     }
+    // A public key is trusted only if it comes from a private key sealed under our
+    // KEK with its own kid: someone who can write the table but lacks the KEK
+    // cannot slip a key of theirs into the JWKS.
     let published = rows
         .iter()
         .filter(|r| r.retired_at.is_none() || r.publish_until.is_some_and(|u| now <= u))
-        .filter_map(|r| {
-            let bytes = URL_SAFE_NO_PAD.decode(&r.public_key).ok()?;
-            let public: [u8; 32] = bytes.try_into().ok()?;
-            Some(PublishedKey {
+        .filter_map(|r| match verified_public(kek, r) {
+            Some(public) => Some(PublishedKey {
                 kid: r.kid.clone(),
                 public,
-                publish_until: if r.retired_at.is_none() {
-                    None
-                } else {
-                    r.publish_until
-                },
-            })
+                publish_until: if r.retired_at.is_none() { None } else { r.publish_until },
+            }),
+            None => {
+                tracing::error!(kid = %r.kid, "signing key row does not open under this KEK; not published");
+                None
+            }
         })
         .collect();
     Ok(KeySet {
         active: Arc::new(active),
         published,
     })
+}
+
+/// The public key of a stored row, derived from its sealed private key; `None`
+/// unless the private key opens, its kid is its thumbprint and the stored public
+/// key matches.
+fn verified_public(kek: &Kek, row: &KeyRow) -> Option<[u8; 32]> {
+    let der = kek.open(&row.sealed_private_key, &row.kid).ok()?;
+    let key = SigningKey::from_pkcs8(&der).ok()?;
+    let stored = URL_SAFE_NO_PAD.decode(&row.public_key).ok()?;
+    (key.kid() == row.kid && stored.as_slice() == key.public_key().as_slice())
+        .then(|| key.public_key())
 }
 
 fn new_row(kek: &Kek, now: i64) -> KeyRow {

@@ -7,6 +7,7 @@
 //! verifying.
 
 use super::signing::{public_jwk, SigningKey};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 
 #[derive(Debug, Clone)]
@@ -47,13 +48,30 @@ impl KeySet {
 
 pub struct KeyRing {
     current: RwLock<Arc<KeySet>>,
+    /// When an on-demand reload (for an unknown kid) last started, Unix ms.
+    last_reload_ms: AtomicI64,
 }
+
+/// Least time between two on-demand reloads.
+const RELOAD_INTERVAL_MS: i64 = 5_000;
 
 impl KeyRing {
     pub fn new(set: KeySet) -> Self {
         Self {
             current: RwLock::new(Arc::new(set)),
+            last_reload_ms: AtomicI64::new(i64::MIN / 2),
         }
+    }
+
+    /// Claims the right to reload now; false if a reload started less than
+    /// [`RELOAD_INTERVAL_MS`] ago (so forged kids cannot drive store reads).
+    pub fn try_begin_reload(&self, now_ms: i64) -> bool {
+        let last = self.last_reload_ms.load(Ordering::Relaxed);
+        now_ms - last >= RELOAD_INTERVAL_MS
+            && self
+                .last_reload_ms
+                .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
     }
 
     pub fn snapshot(&self) -> Arc<KeySet> {

@@ -43,15 +43,28 @@ pub struct RateCharge {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IssueOutcome {
     Issued,
+    /// The policy refusal was recorded.
+    Denied,
     RunInactive(RunState),
-    RateLimited { retry_after_us: i64 },
+    RateLimited {
+        retry_after_us: i64,
+    },
 }
 
 pub struct IssueCapability {
-    pub record: CapabilityRecord,
+    /// `None` records a policy refusal: it is rate-charged and audited the same
+    /// way, so a tool looping on denied requests is throttled like any other.
+    pub record: Option<CapabilityRecord>,
     pub rate: Vec<RateCharge>,
-    /// The `capability.issued` event; refusals reuse it with another decision.
+    /// The `capability.issued` (or `capability.denied`) event; refusals for other
+    /// reasons reuse it with another decision.
     pub audit: AuditEvent,
+}
+
+impl IssueCapability {
+    fn run_id(&self) -> Option<&str> {
+        self.audit.run_id.as_deref()
+    }
 }
 
 /// An issuance waiting in the writer, and its outcome once applied.
@@ -78,7 +91,7 @@ pub(crate) async fn apply_issue_segment(
     let now = ctx.now();
     let now_us = ctx.now_ms * 1000;
 
-    let run_ids: BTreeSet<&str> = slots.iter().map(|s| s.op.record.run_id.as_str()).collect();
+    let run_ids: BTreeSet<&str> = slots.iter().filter_map(|s| s.op.run_id()).collect();
     let mut runs: HashMap<String, RunState> = HashMap::new();
     let run_ids: Vec<&str> = run_ids.into_iter().collect();
     for chunk in run_ids.chunks(ROWS_PER_INSERT) {
@@ -120,8 +133,9 @@ pub(crate) async fn apply_issue_segment(
     let mut issued: Vec<usize> = Vec::new();
     for (i, slot) in slots.iter_mut().enumerate() {
         let op = &slot.op;
-        let state = runs
-            .get(&op.record.run_id)
+        let state = op
+            .run_id()
+            .and_then(|id| runs.get(id))
             .copied()
             .unwrap_or(RunState::Ended);
         if state != RunState::Active {
@@ -159,8 +173,12 @@ pub(crate) async fn apply_issue_segment(
             dirty.insert(c.bucket.clone());
         }
         ctx.audit(&op.audit).await?;
-        slot.outcome = Some(IssueOutcome::Issued);
-        issued.push(i);
+        if op.record.is_some() {
+            slot.outcome = Some(IssueOutcome::Issued);
+            issued.push(i);
+        } else {
+            slot.outcome = Some(IssueOutcome::Denied);
+        }
     }
 
     for chunk in issued.chunks(ROWS_PER_INSERT) {
@@ -170,8 +188,7 @@ pub(crate) async fn apply_issue_segment(
             super::writer::values_placeholders(ctx.dialect, chunk.len(), 11)
         );
         let mut query = sqlx::query(&q);
-        for &i in chunk {
-            let r = &slots[i].op.record;
+        for r in chunk.iter().filter_map(|&i| slots[i].op.record.as_ref()) {
             query = query
                 .bind(&r.id)
                 .bind(&r.run_id)
@@ -353,21 +370,32 @@ impl WriteOp for RevokeCapability {
     ) -> BoxFuture<'a, Result<Option<bool>, sqlx::Error>> {
         Box::pin(async move {
             let q = ctx.sql("SELECT run_id, revoked_at FROM capabilities WHERE id = $1");
-            let Some(row) = sqlx::query(&q)
+            let row = sqlx::query(&q)
                 .bind(&self.capability_id)
                 .fetch_optional(&mut *ctx.conn)
-                .await?
-            else {
+                .await?;
+            let visible = match &row {
+                None => None,
+                Some(row) => {
+                    let run_id: String = row.try_get("run_id")?;
+                    match &self.by {
+                        Revoker::Run(own) if *own != run_id => None,
+                        _ => Some((run_id, row.try_get::<Option<i64>, _>("revoked_at")?)),
+                    }
+                }
+            };
+            let Some((run_id, revoked_at)) = visible else {
+                let mut ev = self.audit.clone();
+                ev.decision = "deny";
+                ev.reason = Some("not_found".into());
+                ctx.audit(&ev).await?;
                 return Ok(None);
             };
-            let run_id: String = row.try_get("run_id")?;
-            if let Revoker::Run(own) = &self.by {
-                if *own != run_id {
-                    return Ok(None);
-                }
-            }
-            let revoked_at: Option<i64> = row.try_get("revoked_at")?;
             if revoked_at.is_some() {
+                let mut ev = self.audit.clone();
+                ev.run_id = Some(run_id);
+                ev.reason = Some("already_revoked".into());
+                ctx.audit(&ev).await?;
                 return Ok(Some(false));
             }
             let now = ctx.now();
@@ -407,8 +435,36 @@ pub struct CapabilityStatus {
 }
 
 impl CapabilityStatus {
-    pub fn is_active(&self, now: i64) -> bool {
+    /// Not revoked, not expired, run active: what the leases it bought live by.
+    pub fn is_alive(&self, now: i64) -> bool {
         self.revoked_at.is_none() && now < self.expires_at && self.run_state == RunState::Active
+    }
+
+    /// Alive and still exchangeable: what introspection calls active.
+    pub fn is_active(&self, now: i64) -> bool {
+        self.is_alive(now) && self.uses_left > 0
+    }
+}
+
+/// Marks a reserved lease as failed when the backend could not issue it.
+pub struct FailLease {
+    pub lease_id: String,
+    pub audit: AuditEvent,
+}
+
+impl WriteOp for FailLease {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let q =
+                ctx.sql("UPDATE leases SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL");
+            sqlx::query(&q)
+                .bind(ctx.now())
+                .bind(&self.lease_id)
+                .execute(&mut *ctx.conn)
+                .await?;
+            ctx.audit(&self.audit).await
+        })
     }
 }
 

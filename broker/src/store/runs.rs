@@ -115,18 +115,27 @@ impl WriteOp for EndRun {
         Box::pin(async move {
             let now = ctx.now();
             let q = ctx.sql("SELECT runtime_id, ended_at FROM runs WHERE id = $1");
-            let Some(row) = sqlx::query(&q)
+            let row = sqlx::query(&q)
                 .bind(&self.run_id)
                 .fetch_optional(&mut *ctx.conn)
-                .await?
-            else {
+                .await?;
+            let visible = match &row {
+                None => None,
+                Some(row) => {
+                    let owner: String = sqlx::Row::try_get(row, "runtime_id")?;
+                    let ended_at: Option<i64> = sqlx::Row::try_get(row, "ended_at")?;
+                    (self.runtime_id.is_none() || self.runtime_id.as_ref() == Some(&owner))
+                        .then_some(ended_at)
+                }
+            };
+            let Some(ended_at) = visible else {
+                // Probing for (or at) another runtime's run leaves a trace.
+                let mut ev = self.audit.clone();
+                ev.decision = "deny";
+                ev.reason = Some("not_found".into());
+                ctx.audit(&ev).await?;
                 return Ok(None);
             };
-            let owner: String = sqlx::Row::try_get(&row, "runtime_id")?;
-            let ended_at: Option<i64> = sqlx::Row::try_get(&row, "ended_at")?;
-            if self.runtime_id.as_ref().is_some_and(|rt| *rt != owner) {
-                return Ok(None);
-            }
             let mut counts = RevokedCounts::default();
             if ended_at.is_none() {
                 let q = ctx.sql("UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL");

@@ -162,6 +162,9 @@ trait Job: Send {
     }
     fn discard(&mut self);
     fn finish(self: Box<Self>, error: Option<StoreError>);
+    /// The submitter gave up waiting (timed out): applying the op now would
+    /// record something nobody will be told about, so it is skipped.
+    fn abandoned(&self) -> bool;
 }
 
 struct IssueJob {
@@ -176,6 +179,10 @@ impl Job for IssueJob {
 
     fn issue_slot(&mut self) -> Option<&mut IssueSlot> {
         Some(&mut self.slot)
+    }
+
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed()
     }
 
     fn discard(&mut self) {
@@ -209,6 +216,10 @@ impl<O: WriteOp> Job for Pending<O> {
 
     fn discard(&mut self) {
         self.out = None;
+    }
+
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed()
     }
 
     fn finish(self: Box<Self>, error: Option<StoreError>) {
@@ -277,10 +288,11 @@ impl Writer {
         job: Box<dyn Job>,
         rx: oneshot::Receiver<Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        self.tx
-            .send(job)
-            .await
-            .map_err(|_| StoreError::Unavailable("writer stopped".into()))?;
+        match tokio::time::timeout(SUBMIT_TIMEOUT, self.tx.send(job)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(StoreError::Unavailable("writer stopped".into())),
+            Err(_) => return Err(StoreError::Unavailable("writer queue full".into())),
+        }
         match tokio::time::timeout(SUBMIT_TIMEOUT, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(StoreError::Unavailable("writer dropped the request".into())),
@@ -463,11 +475,15 @@ async fn apply_all(
     // Everything in one batch was in flight at the same time, so any order is a
     // valid serialisation: first the ops one by one, then all issuances in bulk.
     for job in batch.iter_mut() {
-        if job.issue_slot().is_none() {
+        if job.issue_slot().is_none() && !job.abandoned() {
             job.run(&mut ctx).await?;
         }
     }
-    let mut slots: Vec<&mut IssueSlot> = batch.iter_mut().filter_map(|j| j.issue_slot()).collect();
+    let mut slots: Vec<&mut IssueSlot> = batch
+        .iter_mut()
+        .filter(|j| !j.abandoned())
+        .filter_map(|j| j.issue_slot())
+        .collect();
     if !slots.is_empty() {
         apply_issue_segment(&mut ctx, &mut slots).await?;
     }

@@ -80,9 +80,10 @@ async fn uses_are_exhausted_exactly(app: TestApp) {
         .capability_ok(&token, "read", "svc-reports:reports/q1")
         .await;
     let t = cap["token"].as_str().unwrap();
+    let mut last = Value::Null;
     for left in [2, 1, 0] {
-        let v: Value = app.exchange(t).await.json().await.unwrap();
-        assert_eq!(v["uses_left"], left);
+        last = app.exchange(t).await.json().await.unwrap();
+        assert_eq!(last["uses_left"], left);
     }
     assert_error(
         app.exchange(t).await,
@@ -90,6 +91,15 @@ async fn uses_are_exhausted_exactly(app: TestApp) {
         "uses_exhausted",
     )
     .await;
+    // An exhausted capability is no longer active; what it bought still is.
+    assert_eq!(
+        app.introspect(&_key, t).await,
+        serde_json::json!({ "active": false })
+    );
+    assert_eq!(
+        app.introspect(&_key, last["token"].as_str().unwrap()).await["active"],
+        true
+    );
     assert_eq!(app.count("leases").await, 3);
 }
 

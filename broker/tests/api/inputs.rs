@@ -91,6 +91,18 @@ async fn hostile_bodies_are_refused_and_nothing_is_stored(app: TestApp) {
         "invalid_request",
     )
     .await;
+    // serde quotes unknown field names; multi-byte ones must not break the cut.
+    for n in [66, 67, 99, 100, 101] {
+        let body = format!(r#"{{"{}x":1}}"#, "é".repeat(n));
+        assert_error(
+            raw("/v1/exchange", &token, body, "application/json")
+                .await
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        )
+        .await;
+    }
     let ten_kb = format!("svc-reports:reports/{}", "a".repeat(10 * 1024));
     assert_error(
         app.capability(&token, "read", &ten_kb).await,

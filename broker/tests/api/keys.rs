@@ -7,7 +7,38 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
 
-both_stores!(rotation_keeps_old_tokens_valid_until_they_expire,);
+both_stores!(
+    rotation_keeps_old_tokens_valid_until_they_expire,
+    a_key_row_without_the_kek_is_never_published,
+);
+
+/// Someone who can write the keys table but lacks the KEK inserts their own key.
+async fn a_key_row_without_the_kek_is_never_published(app: TestApp) {
+    use base64::Engine;
+    let (rogue, der) = tessera_broker::keys::SigningKey::generate();
+    let other_kek = tessera_broker::keys::Kek::generate().0;
+    let public = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rogue.public_key());
+    let now = app.state.clock.now();
+    sqlx::query(&app.state.store.sql(
+        "INSERT INTO signing_keys (kid, public_key, sealed_private_key, created_at, retired_at, publish_until) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    ))
+    .bind(rogue.kid())
+    .bind(&public)
+    .bind(other_kek.seal(&der, rogue.kid()))
+    .bind(now - 10)
+    .bind(now - 5)
+    .bind(now + 100_000)
+    .execute(app.state.store.pool())
+    .await
+    .unwrap();
+    let set = tessera_broker::keys::manage::load(&app.state.store, &app.state.kek, now)
+        .await
+        .unwrap();
+    assert_eq!(set.published.len(), 1, "only the broker's own key");
+    assert!(set.published.iter().all(|k| k.kid != rogue.kid()));
+    assert!(set.verifying_key(rogue.kid(), now).is_none());
+}
 
 async fn rotation_keeps_old_tokens_valid_until_they_expire(app: TestApp) {
     let (key, _run, token) = app.run_for("ursula").await;

@@ -142,6 +142,12 @@ async fn runtimes_cannot_see_or_end_each_others_runs(app: TestApp) {
     // Run A is untouched.
     app.capability_ok(&token_a, "read", "svc-reports:reports/q1")
         .await;
+    // The end attempt is audited.
+    let probes = sqlx::query("SELECT COUNT(*) AS n FROM audit WHERE reason = 'not_found'")
+        .fetch_one(app.state.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(sqlx::Row::try_get::<i64, _>(&probes, "n").unwrap(), 1);
     // A run token is not a runtime credential, even for its own run.
     assert_error(
         app.get(&format!("/v1/runs/{run_a}"), Some(&token_a)).await,
@@ -152,12 +158,25 @@ async fn runtimes_cannot_see_or_end_each_others_runs(app: TestApp) {
 }
 
 async fn expired_run_is_treated_as_ended(app: TestApp) {
-    let (_key, _run, token) = app.run_for("alice").await;
+    let key = app.create_runtime("short", "*", "*").await;
+    let resp = app
+        .post(
+            "/v1/runs",
+            Some(&key),
+            serde_json::json!({ "user": "alice", "task": { "id": "t", "kind": "summarize" }, "ttl": "5m" }),
+        )
+        .await;
+    let token = resp.json::<Value>().await.unwrap()["run_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let cap = app
         .capability_ok(&token, "read", "svc-reports:reports/q1")
         .await;
-    // The capability was capped at the run's expiry (30m), not the policy's 10m... whichever is first.
-    app.state.clock.advance(Duration::from_secs(31 * 60));
+    // The policy allows 10m, but no capability outlives its run (5m).
+    let c = crate::capabilities::claims_of(cap["token"].as_str().unwrap());
+    assert_eq!(c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap(), 300);
+    app.state.clock.advance(Duration::from_secs(5 * 60 + 1));
     assert_error(
         app.capability(&token, "read", "svc-reports:reports/q1")
             .await,
@@ -238,6 +257,8 @@ async fn no_capability_outlives_a_concurrent_run_end(app: TestApp) {
             (resp.status(), resp.json::<Value>().await.unwrap())
         }));
     }
+    // Let some requests get in flight before the end.
+    tokio::time::sleep(Duration::from_millis(5)).await;
     let end: Value = app
         .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await
