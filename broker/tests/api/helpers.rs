@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use tessera_broker::app::{App, AppState};
 use tessera_broker::clock::Clock;
 use tessera_broker::config::{Config, Overrides};
-use tessera_broker::ids::{new_secret, secret_hash, ADMIN_TOKEN_PREFIX};
+use tessera_broker::ids::{new_secret, ADMIN_TOKEN_PREFIX};
 use tessera_broker::keys::Kek;
 use tessera_broker::policy::PolicyEngine;
 
@@ -94,6 +94,8 @@ pub struct TestApp {
     pub state: AppState,
     pub client: reqwest::Client,
     pub admin_token: String,
+    store_url: String,
+    kek: String,
     _dir: TempDir,
 }
 
@@ -144,7 +146,31 @@ impl TestApp {
             Db::Sqlite => format!("sqlite://{}", dir.0.join("tessera.db").display()),
             Db::Postgres => fresh_pg_schema(&pg_server.unwrap_or_else(pg_url)).await,
         };
-        let env = move |k: &str| (k == "TESSERA_STORE_URL").then(|| store_url.clone());
+        let (_, kek) = Kek::generate();
+        let admin = new_secret(ADMIN_TOKEN_PREFIX);
+        Self::start(
+            dir,
+            store_url,
+            kek.to_string(),
+            admin.expose_secret().to_owned(),
+        )
+        .await
+    }
+
+    /// A second broker on the same store, KEK and admin token: another replica.
+    pub async fn replica(&self) -> TestApp {
+        Self::start(
+            TempDir::new(),
+            self.store_url.clone(),
+            self.kek.clone(),
+            self.admin_token.clone(),
+        )
+        .await
+    }
+
+    async fn start(dir: TempDir, store_url: String, kek: String, admin: String) -> TestApp {
+        let url = store_url.clone();
+        let env = move |k: &str| (k == "TESSERA_STORE_URL").then(|| url.clone());
         let config = Config::from_toml(
             TEST_CONFIG,
             &Overrides {
@@ -155,12 +181,11 @@ impl TestApp {
             &env,
         )
         .expect("test config");
-        let admin = new_secret(ADMIN_TOKEN_PREFIX);
         let state = App::build(
             config,
-            Kek::generate().0,
+            Kek::from_base64(&kek).expect("kek"),
             test_policy(),
-            Some(secret_hash(&admin)),
+            Some(tessera_broker::ids::sha256_hex(admin.as_bytes())),
             Clock::new(),
         )
         .await
@@ -177,7 +202,9 @@ impl TestApp {
             addr,
             state,
             client: reqwest::Client::new(),
-            admin_token: admin.expose_secret().to_owned(),
+            admin_token: admin,
+            store_url,
+            kek,
             _dir: dir,
         }
     }

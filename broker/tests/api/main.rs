@@ -8,6 +8,7 @@ mod capabilities;
 mod exchange;
 mod inputs;
 mod keys;
+mod replicas;
 mod runs;
 mod store;
 mod tls;

@@ -25,14 +25,7 @@ async fn audit_chain_links_every_decision(app: TestApp) {
     app.exchange(cap["token"].as_str().unwrap()).await;
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
-    let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
-        .fetch_all(app.state.store.pool())
-        .await
-        .unwrap();
-    let events: Vec<String> = rows
-        .iter()
-        .map(|r| r.try_get::<String, _>("event").unwrap())
-        .collect();
+    let events = verify_audit_chain(&app).await;
     for e in [
         "key.created",
         "runtime.created",
@@ -44,6 +37,18 @@ async fn audit_chain_links_every_decision(app: TestApp) {
     ] {
         assert!(events.iter().any(|x| x == e), "{e} missing from {events:?}");
     }
+}
+
+/// Recomputes every hash of the audit chain; returns the events in order.
+pub async fn verify_audit_chain(app: &TestApp) -> Vec<String> {
+    let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
+        .fetch_all(app.state.store.pool())
+        .await
+        .unwrap();
+    let events: Vec<String> = rows
+        .iter()
+        .map(|r| r.try_get::<String, _>("event").unwrap())
+        .collect();
     let mut prev = GENESIS_HASH.to_owned();
     for (i, r) in rows.iter().enumerate() {
         let seq: i64 = r.try_get("seq").unwrap();
@@ -72,6 +77,7 @@ async fn audit_chain_links_every_decision(app: TestApp) {
         .unwrap();
     assert_eq!(head.try_get::<i64, _>("seq").unwrap(), rows.len() as i64);
     assert_eq!(head.try_get::<String, _>("hash").unwrap(), prev);
+    events
 }
 
 async fn no_secret_is_stored_or_audited(app: TestApp) {
