@@ -37,8 +37,8 @@ RESULTS="$OUT/results.md"
   echo
   echo "wrk -t$THREADS -c$CONNS -d$DURATION, $RUNS runs, $(nproc) cores, loopback; load generator on the same machine."
   echo
-  echo "| target | req/s | p50 | p99 | non-2xx | ops per commit |"
-  echo "|---|---|---|---|---|---|"
+  echo "| target | req/s | p50 | p99 | non-2xx | ops per commit | server CPU µs/req |"
+  echo "|---|---|---|---|---|---|---|"
 } > "$RESULTS"
 
 pids=()
@@ -54,18 +54,29 @@ wait_ready() {
   return 1
 }
 
-# run_wrk NAME SCRIPT -> appends a row
+# cpu_ticks PID -> user+system clock ticks of a process
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# cpu_per_req TICKS LOG -> server CPU microseconds per request
+cpu_per_req() {
+  local reqs; reqs=$(awk '/requests in/ {print $1}' "$2")
+  awk -v t="$1" -v r="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN { if (r > 0) printf "%.0f", t * 1e6 / hz / r; else print "-" }'
+}
+
+# run_wrk NAME SCRIPT PID -> appends a row
 run_wrk() {
-  local name=$1 script=$2 ops=${3:--}
+  local name=$1 script=$2 pid=$3
   local log="$OUT/$name.txt"
+  local t0; t0=$(cpu_ticks "$pid")
   wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$script" "http://127.0.0.1:$PORT/v1/capabilities" > "$log" 2> "$OUT/$name.err" || true
+  local cpu; cpu=$(cpu_per_req $(( $(cpu_ticks "$pid") - t0 )) "$log")
   local rps p50 p99 non2xx
   rps=$(awk '/Requests\/sec/ {print $2}' "$log")
   p50=$(awk '$1=="50%" {print $2}' "$log")
   p99=$(awk '$1=="99%" {print $2}' "$log")
   non2xx=$(awk '/Non-2xx/ {print $5}' "$log"); non2xx=${non2xx:-0}
-  echo "| $name | $rps | $p50 | $p99 | $non2xx | $ops |" >> "$RESULTS"
-  echo "bench: $name: $rps req/s, p50 $p50, p99 $p99, non-2xx $non2xx"
+  echo "| $name | $rps | $p50 | $p99 | $non2xx | - | $cpu |" >> "$RESULTS"
+  echo "bench: $name: $rps req/s, p50 $p50, p99 $p99, non-2xx $non2xx, server CPU $cpu us/req"
 }
 
 # bench_broker NAME STORE_URL
@@ -91,8 +102,10 @@ bench_broker() {
   before=$(curl -s "http://127.0.0.1:$PORT/metrics")
   c0=$(echo "$before" | awk '/^tessera_store_commits_total/ {print $2}')
   local o0; o0=$(echo "$before" | awk '/^tessera_store_ops_total/ {print $2}')
+  local t0; t0=$(cpu_ticks "$pid")
   TOKENS_FILE="$dir/tokens" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s bench/capabilities.lua \
     "http://127.0.0.1:$PORT/v1/capabilities" > "$OUT/$name.txt" 2> "$OUT/$name.err" || true
+  local cpu; cpu=$(cpu_per_req $(( $(cpu_ticks "$pid") - t0 )) "$OUT/$name.txt")
   after=$(curl -s "http://127.0.0.1:$PORT/metrics")
   c1=$(echo "$after" | awk '/^tessera_store_commits_total/ {print $2}')
   local o1; o1=$(echo "$after" | awk '/^tessera_store_ops_total/ {print $2}')
@@ -103,8 +116,8 @@ bench_broker() {
   p50=$(awk '$1=="50%" {print $2}' "$OUT/$name.txt")
   p99=$(awk '$1=="99%" {print $2}' "$OUT/$name.txt")
   non2xx=$(awk '/Non-2xx/ {print $5}' "$OUT/$name.txt"); non2xx=${non2xx:-0}
-  echo "| $name | $rps | $p50 | $p99 | $non2xx | $ops_per_commit |" >> "$RESULTS"
-  echo "bench: $name: $rps req/s, p50 $p50, p99 $p99, non-2xx $non2xx, issued total $issued, ops/commit $ops_per_commit"
+  echo "| $name | $rps | $p50 | $p99 | $non2xx | $ops_per_commit | $cpu |" >> "$RESULTS"
+  echo "bench: $name: $rps req/s, p50 $p50, p99 $p99, non-2xx $non2xx, issued total $issued, ops/commit $ops_per_commit, server CPU $cpu us/req"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   rm -rf "$dir"
 }
@@ -124,7 +137,7 @@ wait_ready_ceiling() {
   return 1
 }
 wait_ready_ceiling
-run_wrk "ceiling (sign only)" bench/ceiling.lua
+run_wrk "ceiling (sign only)" bench/ceiling.lua "${pids[-1]}"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 fi
 

@@ -25,8 +25,11 @@ use tower::ServiceExt;
 
 /// Set on every request of a TLS connection whose client presented a certificate
 /// that chains to the configured client CA.
-#[derive(Debug, Clone, Copy)]
-pub struct ClientCertificate;
+#[derive(Debug, Clone)]
+pub struct ClientCertificate {
+    /// SHA-256 (lowercase hex) of the leaf certificate's DER encoding.
+    pub sha256: String,
+}
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -138,15 +141,19 @@ pub async fn serve_tls(
                     return;
                 }
             };
+            // rustls only reports peer certificates it verified against the client CA.
             let verified = stream
                 .get_ref()
                 .1
                 .peer_certificates()
-                .is_some_and(|c| !c.is_empty());
+                .and_then(|c| c.first())
+                .map(|leaf| ClientCertificate {
+                    sha256: crate::ids::sha256_hex(leaf.as_ref()),
+                });
             let service =
                 router.map_request(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    if verified {
-                        req.extensions_mut().insert(ClientCertificate);
+                    if let Some(cert) = &verified {
+                        req.extensions_mut().insert(cert.clone());
                     }
                     req
                 });

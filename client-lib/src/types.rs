@@ -204,6 +204,10 @@ pub struct CreateRuntimeRequest {
     /// Comma-separated globs of task kinds the runtime may start runs for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_kinds: Option<String>,
+    /// Pins the runtime to one TLS client certificate: SHA-256 (lowercase hex) of
+    /// its DER encoding. Its key is then accepted only on connections presenting it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert_sha256: Option<String>,
 }
 
 /// `POST /v1/admin/runtimes` response: the key is shown exactly once.

@@ -9,6 +9,8 @@ CREATE TABLE runtimes (
     key_hash    TEXT NOT NULL UNIQUE,
     users       TEXT NOT NULL,
     task_kinds  TEXT NOT NULL,
+    -- SHA-256 (hex) of the DER client certificate the runtime is pinned to, if any.
+    client_cert_sha256 TEXT,
     created_at  BIGINT NOT NULL,
     disabled_at BIGINT
 );

@@ -50,12 +50,30 @@ pub async fn create_runtime(
     }
     let users = scope("users", req.users.as_deref())?;
     let kinds = scope("task_kinds", req.task_kinds.as_deref())?;
+    let pinned = match req.client_cert_sha256.as_deref() {
+        None => None,
+        Some(fp)
+            if fp.len() == 64
+                && fp
+                    .bytes()
+                    .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)) =>
+        {
+            Some(fp.to_owned())
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_certificate_pin",
+                "client_cert_sha256 must be 64 lowercase hex characters",
+            ))
+        }
+    };
     let key = new_secret(RUNTIME_KEY_PREFIX);
     let record = RuntimeRecord {
         id: new_id(),
         name: req.name.clone(),
         users: users.as_text(),
         task_kinds: kinds.as_text(),
+        client_cert_sha256: pinned,
         created_at: app.clock.now(),
         disabled_at: None,
     };
@@ -103,6 +121,7 @@ pub async fn list_runtimes(
         .map(|r| {
             json!({
                 "id": r.id, "name": r.name, "users": r.users, "task_kinds": r.task_kinds,
+                "client_cert_sha256": r.client_cert_sha256,
                 "created_at": rfc3339(r.created_at), "disabled_at": r.disabled_at.map(rfc3339),
             })
         })

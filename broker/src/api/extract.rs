@@ -125,10 +125,20 @@ async fn runtime_from(
     if !has_secret_shape(token, RUNTIME_KEY_PREFIX) {
         return Err(invalid_credential());
     }
-    runtimes::find_by_key_hash(&app.store, &sha256_hex(token.as_bytes()))
+    let runtime = runtimes::find_by_key_hash(&app.store, &sha256_hex(token.as_bytes()))
         .await?
-        .map(Arc::new)
-        .ok_or_else(invalid_credential)
+        .ok_or_else(invalid_credential)?;
+    if let Some(pinned) = &runtime.client_cert_sha256 {
+        let presented = parts.extensions.get::<crate::server::ClientCertificate>();
+        if presented.is_none_or(|c| !constant_time_eq(c.sha256.as_bytes(), pinned.as_bytes())) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "client_certificate_mismatch",
+                "this runtime key is pinned to another TLS client certificate",
+            ));
+        }
+    }
+    Ok(Arc::new(runtime))
 }
 
 fn is_admin(app: &AppState, token: &str) -> bool {

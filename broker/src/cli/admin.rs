@@ -31,9 +31,11 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             name,
             users,
             task_kinds,
+            client_cert,
             remote,
         }) => {
-            let body = json!({ "name": name, "users": users, "task_kinds": task_kinds });
+            let pin = client_cert.as_deref().map(certificate_sha256).transpose()?;
+            let body = json!({ "name": name, "users": users, "task_kinds": task_kinds, "client_cert_sha256": pin });
             let v = call(
                 &remote,
                 reqwest::Method::POST,
@@ -151,6 +153,17 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Serve(_) | Command::Policy(_) => bail!("not an admin command"),
     }
     Ok(())
+}
+
+/// SHA-256 (hex) of the first certificate in a PEM file: the runtime's pin.
+fn certificate_sha256(path: &std::path::Path) -> anyhow::Result<String> {
+    use rustls::pki_types::pem::PemObject;
+    let cert = rustls::pki_types::CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("cannot read certificate file {}", path.display()))?
+        .next()
+        .with_context(|| format!("{} holds no PEM certificate", path.display()))?
+        .with_context(|| format!("bad certificate in {}", path.display()))?;
+    Ok(crate::ids::sha256_hex(cert.as_ref()))
 }
 
 fn print_table(remote: &Remote, v: &Value, key: &str, columns: &[&str]) {

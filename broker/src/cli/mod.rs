@@ -87,6 +87,10 @@ pub enum RuntimesCommand {
         /// Comma-separated globs of task kinds it may start runs for (default "*").
         #[arg(long)]
         task_kinds: Option<String>,
+        /// Pin the runtime to this TLS client certificate (PEM): its key is then
+        /// accepted only on mTLS connections presenting exactly this certificate.
+        #[arg(long)]
+        client_cert: Option<PathBuf>,
         #[command(flatten)]
         remote: Remote,
     },

@@ -10,6 +10,7 @@ pub struct RuntimeRecord {
     pub name: String,
     pub users: String,
     pub task_kinds: String,
+    pub client_cert_sha256: Option<String>,
     pub created_at: i64,
     pub disabled_at: Option<i64>,
 }
@@ -27,8 +28,8 @@ impl WriteOp for CreateRuntime {
         Box::pin(async move {
             let r = &self.record;
             let q = ctx.sql(
-                "INSERT INTO runtimes (id, name, key_hash, users, task_kinds, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+                "INSERT INTO runtimes (id, name, key_hash, users, task_kinds, client_cert_sha256, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
             );
             sqlx::query(&q)
                 .bind(&r.id)
@@ -36,6 +37,7 @@ impl WriteOp for CreateRuntime {
                 .bind(&self.key_hash)
                 .bind(&r.users)
                 .bind(&r.task_kinds)
+                .bind(&r.client_cert_sha256)
                 .bind(ctx.now())
                 .execute(&mut *ctx.conn)
                 .await?;
@@ -50,6 +52,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<RuntimeRecord, StoreError> {
         name: col(row, "name")?,
         users: col(row, "users")?,
         task_kinds: col(row, "task_kinds")?,
+        client_cert_sha256: col(row, "client_cert_sha256")?,
         created_at: col(row, "created_at")?,
         disabled_at: col(row, "disabled_at")?,
     })
@@ -61,7 +64,7 @@ pub async fn find_by_key_hash(
     key_hash: &str,
 ) -> Result<Option<RuntimeRecord>, StoreError> {
     let q = store.sql(
-        "SELECT id, name, users, task_kinds, created_at, disabled_at FROM runtimes \
+        "SELECT id, name, users, task_kinds, client_cert_sha256, created_at, disabled_at FROM runtimes \
          WHERE key_hash = $1 AND disabled_at IS NULL",
     );
     let row = sqlx::query(&q)
@@ -73,7 +76,7 @@ pub async fn find_by_key_hash(
 
 pub async fn list(store: &Store) -> Result<Vec<RuntimeRecord>, StoreError> {
     let q =
-        "SELECT id, name, users, task_kinds, created_at, disabled_at FROM runtimes ORDER BY name";
+        "SELECT id, name, users, task_kinds, client_cert_sha256, created_at, disabled_at FROM runtimes ORDER BY name";
     let rows = sqlx::query(q).fetch_all(store.pool()).await?;
     rows.iter().map(from_row).collect()
 }

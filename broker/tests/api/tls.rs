@@ -18,6 +18,7 @@ struct Pki {
     ca_pem: String,
     server: (String, String),
     client: (String, String),
+    other_client: (String, String),
     rogue: (String, String),
 }
 
@@ -47,6 +48,11 @@ fn pki() -> Pki {
         ),
         client: leaf(
             vec!["runtime-1".into()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+            Some((&ca, &ca_key)),
+        ),
+        other_client: leaf(
+            vec!["runtime-2".into()],
             ExtendedKeyUsagePurpose::ClientAuth,
             Some((&ca, &ca_key)),
         ),
@@ -199,6 +205,52 @@ async fn tls_with_mtls_for_runtimes() {
         .post(url("/v1/capabilities"))
         .bearer_auth(run["run_token"].as_str().unwrap())
         .json(&json!({ "action": "read", "resource": "svc-reports:reports/q1" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+
+    // Pinned runtime: only its own certificate carries its key, not any from the CA.
+    let pem = CertificateDer::from_pem_slice(pki.client.0.as_bytes()).unwrap();
+    let pin = tessera_broker::ids::sha256_hex(pem.as_ref());
+    let pinned: Value = anonymous
+        .post(url("/v1/admin/runtimes"))
+        .bearer_auth(secrecy::ExposeSecret::expose_secret(&admin))
+        .json(&json!({ "name": "pinned", "client_cert_sha256": pin }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pinned_key = pinned["key"].as_str().unwrap();
+    let other = client(&pki, addr, Some(&pki.other_client));
+    let resp = other
+        .post(url("/v1/runs"))
+        .bearer_auth(pinned_key)
+        .json(&run_body)
+        .send()
+        .await
+        .unwrap();
+    assert_error(
+        resp,
+        StatusCode::UNAUTHORIZED,
+        "client_certificate_mismatch",
+    )
+    .await;
+    let resp = runtime
+        .post(url("/v1/runs"))
+        .bearer_auth(pinned_key)
+        .json(&run_body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    // The unpinned runtime still works from any CA-issued certificate.
+    let resp = other
+        .post(url("/v1/runs"))
+        .bearer_auth(key)
+        .json(&run_body)
         .send()
         .await
         .unwrap();
