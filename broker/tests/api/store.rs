@@ -256,3 +256,68 @@ async fn postgres_unreachable_fails_closed() {
         .unwrap();
     assert_eq!(leases, 0);
 }
+
+/// SQLite that can no longer be written (the files made immutable underneath the
+/// broker, as a full or read-only disk would): issuance and exchange answer 503,
+/// nothing is recorded, and service resumes when the disk does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_unwritable_fails_closed() {
+    let app = TestApp::spawn(Db::Sqlite).await;
+    let (_key, _run, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
+    let db = match &app.state.config.store {
+        tessera_broker::config::StoreUrl::Sqlite(p) => p.clone(),
+        _ => unreachable!(),
+    };
+    let files: Vec<std::path::PathBuf> = ["", "-wal", "-shm"]
+        .iter()
+        .map(|s| std::path::PathBuf::from(format!("{}{s}", db.display())))
+        .filter(|p| p.exists())
+        .collect();
+    let chattr = |flag: &str| {
+        for f in &files {
+            let out = std::process::Command::new("chattr")
+                .arg(flag)
+                .arg(f)
+                .output()
+                .expect("chattr (e2fsprogs) is installed");
+            assert!(
+                out.status.success(),
+                "chattr {flag} {}: {}",
+                f.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    let caps_before = app.count("capabilities").await;
+    chattr("+i");
+    let refused = app
+        .capability(&token, "read", "svc-reports:reports/q2")
+        .await;
+    let exchanged = app.exchange(cap["token"].as_str().unwrap()).await;
+    chattr("-i");
+    assert_error(
+        refused,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+    )
+    .await;
+    assert_error(
+        exchanged,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+    )
+    .await;
+    assert_eq!(
+        app.count("capabilities").await,
+        caps_before,
+        "nothing issued"
+    );
+    assert_eq!(app.count("leases").await, 0, "nothing exchanged");
+    // The disk is back: so is the broker.
+    app.capability_ok(&token, "read", "svc-reports:reports/q3")
+        .await;
+    verify_audit_chain(&app).await;
+}
