@@ -69,14 +69,18 @@ run_wrk() {
   local log="$OUT/$name.txt"
   local t0; t0=$(cpu_ticks "$pid")
   wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$script" "http://127.0.0.1:$PORT/v1/capabilities" > "$log" 2> "$OUT/$name.err" || true
-  local cpu; cpu=$(cpu_per_req $(( $(cpu_ticks "$pid") - t0 )) "$log")
-  local rps p50 p99 non2xx
+  record "$name" "$log" - "$(cpu_per_req $(( $(cpu_ticks "$pid") - t0 )) "$log")"
+}
+
+# record NAME WRK_LOG OPS_PER_COMMIT CPU_US -> appends a row and prints a line
+record() {
+  local name=$1 log=$2 ops=$3 cpu=$4 rps p50 p99 non2xx
   rps=$(awk '/Requests\/sec/ {print $2}' "$log")
   p50=$(awk '$1=="50%" {print $2}' "$log")
   p99=$(awk '$1=="99%" {print $2}' "$log")
   non2xx=$(awk '/Non-2xx/ {print $5}' "$log"); non2xx=${non2xx:-0}
-  echo "| $name | $rps | $p50 | $p99 | $non2xx | - | $cpu |" >> "$RESULTS"
-  echo "bench: $name: $rps req/s, p50 $p50, p99 $p99, non-2xx $non2xx, server CPU $cpu us/req"
+  echo "| $name | $rps | $p50 | $p99 | $non2xx | $ops | $cpu |" >> "$RESULTS"
+  echo "bench: $name: $rps req/s, p50 $p50, p99 $p99, non-2xx $non2xx, ops/commit $ops, server CPU $cpu us/req"
 }
 
 # bench_broker NAME STORE_URL
@@ -98,7 +102,7 @@ bench_broker() {
       -d "{\"user\":\"alice\",\"task\":{\"id\":\"bench-$i\",\"kind\":\"summarize\"},\"ttl\":\"2h\"}" \
       "http://127.0.0.1:$PORT/v1/runs" | jq -r .run_token >> "$dir/tokens"
   done
-  local before after c0 c1
+  local before c0
   before=$(curl -s "http://127.0.0.1:$PORT/metrics")
   c0=$(echo "$before" | awk '/^tessera_store_commits_total/ {print $2}')
   local o0; o0=$(echo "$before" | awk '/^tessera_store_ops_total/ {print $2}')
@@ -106,18 +110,12 @@ bench_broker() {
   TOKENS_FILE="$dir/tokens" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s bench/capabilities.lua \
     "http://127.0.0.1:$PORT/v1/capabilities" > "$OUT/$name.txt" 2> "$OUT/$name.err" || true
   local cpu; cpu=$(cpu_per_req $(( $(cpu_ticks "$pid") - t0 )) "$OUT/$name.txt")
+  local after c1
   after=$(curl -s "http://127.0.0.1:$PORT/metrics")
   c1=$(echo "$after" | awk '/^tessera_store_commits_total/ {print $2}')
   local o1; o1=$(echo "$after" | awk '/^tessera_store_ops_total/ {print $2}')
-  local issued; issued=$(echo "$after" | awk '/^tessera_capabilities_total\{outcome="issued"\}/ {print $2}')
   local ops_per_commit; ops_per_commit=$(awk -v o=$((o1 - o0)) -v c=$((c1 - c0)) 'BEGIN { if (c > 0) printf "%.1f", o / c; else print "-" }')
-  local rps p50 p99 non2xx
-  rps=$(awk '/Requests\/sec/ {print $2}' "$OUT/$name.txt")
-  p50=$(awk '$1=="50%" {print $2}' "$OUT/$name.txt")
-  p99=$(awk '$1=="99%" {print $2}' "$OUT/$name.txt")
-  non2xx=$(awk '/Non-2xx/ {print $5}' "$OUT/$name.txt"); non2xx=${non2xx:-0}
-  echo "| $name | $rps | $p50 | $p99 | $non2xx | $ops_per_commit | $cpu |" >> "$RESULTS"
-  echo "bench: $name: $rps req/s, p50 $p50, p99 $p99, non-2xx $non2xx, issued total $issued, ops/commit $ops_per_commit, server CPU $cpu us/req"
+  record "$name" "$OUT/$name.txt" "$ops_per_commit" "$cpu"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   rm -rf "$dir"
 }
