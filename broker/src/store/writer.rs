@@ -65,11 +65,9 @@ struct AuditRow {
 pub const ROWS_PER_INSERT: usize = 50;
 
 /// `($1, $2), ($3, $4)`-style VALUES placeholders for `rows` rows of `cols` columns.
+/// SQLite gets anonymous `?` markers (bound in order): numbered ones make SQLite
+/// look each name up in a list, which is quadratic in a statement's parameters.
 pub fn values_placeholders(dialect: Dialect, rows: usize, cols: usize) -> String {
-    let mark = match dialect {
-        Dialect::Postgres => '$',
-        Dialect::Sqlite => '?',
-    };
     let mut out = String::with_capacity(rows * cols * 5);
     for r in 0..rows {
         out.push_str(if r == 0 { "(" } else { ", (" });
@@ -77,8 +75,13 @@ pub fn values_placeholders(dialect: Dialect, rows: usize, cols: usize) -> String
             if c > 0 {
                 out.push_str(", ");
             }
-            out.push(mark);
-            out.push_str(&(r * cols + c + 1).to_string());
+            match dialect {
+                Dialect::Postgres => {
+                    out.push('$');
+                    out.push_str(&(r * cols + c + 1).to_string());
+                }
+                Dialect::Sqlite => out.push('?'),
+            }
         }
         out.push(')');
     }
