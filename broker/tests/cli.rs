@@ -200,6 +200,10 @@ async fn dev_broker_from_an_empty_folder_to_a_revoked_capability() {
     // No secret in any log line, at trace level.
     let log = std::fs::read_to_string(dir.join("broker.log")).unwrap();
     assert!(log.lines().count() > 10, "the broker logged at trace level");
+    assert!(
+        !log.contains('\u{1b}'),
+        "no terminal colour codes in a log file"
+    );
     let admin = std::fs::read_to_string(dir.join("admin.token")).unwrap();
     let kek = std::fs::read_to_string(dir.join("tessera-dev.kek")).unwrap();
     for (name, secret) in [

@@ -44,8 +44,11 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
     let json = config::process_env("TESSERA_LOG_FORMAT").as_deref() == Some("json");
+    // Colour only on a terminal: log files and collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if json {
         let _ = builder.json().try_init();
