@@ -108,3 +108,10 @@ CREATE TABLE audit_head (
     hash TEXT NOT NULL
 );
 INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000');
+
+-- Readiness probe: one row rewritten with the current time, to prove the store
+-- still commits writes (a read-only or full disk fails it).
+CREATE TABLE store_probe (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    at_ms BIGINT NOT NULL
+);

@@ -166,12 +166,20 @@ impl Store {
         sql_for(self.dialect, q)
     }
 
-    /// True when the store answers a trivial query in time.
+    /// True when the store answers a read and commits a (no-op) write in time:
+    /// a broker that cannot record cannot issue, so it is not ready.
     pub async fn ping(&self) -> bool {
-        let q = sqlx::query("SELECT 1").execute(&self.pool);
-        matches!(
-            tokio::time::timeout(Duration::from_secs(2), q).await,
+        let read = sqlx::query("SELECT 1").execute(&self.pool);
+        if !matches!(
+            tokio::time::timeout(Duration::from_secs(2), read).await,
             Ok(Ok(_))
+        ) {
+            return false;
+        }
+        let write = self.writer.submit(writer::Probe);
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), write).await,
+            Ok(Ok(()))
         )
     }
 }

@@ -522,3 +522,24 @@ impl WriteOp for AppendAudit {
         Box::pin(async move { ctx.audit(&self.0).await })
     }
 }
+
+/// A write of no consequence: proves the store accepts and commits writes
+/// (readiness). It rewrites the probe row's time, so a read-only or full disk fails it.
+pub struct Probe;
+
+impl WriteOp for Probe {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let q = ctx.sql(
+                "INSERT INTO store_probe (id, at_ms) VALUES (1, $1) \
+                 ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",
+            );
+            sqlx::query(&q)
+                .bind(ctx.now_ms)
+                .execute(&mut *ctx.conn)
+                .await?;
+            Ok(())
+        })
+    }
+}

@@ -293,11 +293,13 @@ async fn sqlite_unwritable_fails_closed() {
     };
     let caps_before = app.count("capabilities").await;
     chattr("+i");
+    let ready = app.get("/readyz", None).await;
     let refused = app
         .capability(&token, "read", "svc-reports:reports/q2")
         .await;
     let exchanged = app.exchange(cap["token"].as_str().unwrap()).await;
     chattr("-i");
+    assert_error(ready, StatusCode::SERVICE_UNAVAILABLE, "store_unavailable").await;
     assert_error(
         refused,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -317,6 +319,7 @@ async fn sqlite_unwritable_fails_closed() {
     );
     assert_eq!(app.count("leases").await, 0, "nothing exchanged");
     // The disk is back: so is the broker.
+    assert_eq!(app.get("/readyz", None).await.status(), StatusCode::OK);
     app.capability_ok(&token, "read", "svc-reports:reports/q3")
         .await;
     verify_audit_chain(&app).await;
