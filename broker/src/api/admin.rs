@@ -67,6 +67,18 @@ pub async fn create_runtime(
             ))
         }
     };
+    let has_client_ca = app
+        .config
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.client_ca_file.is_some());
+    if pinned.is_some() && !has_client_ca {
+        // Without mTLS no request could ever present the pinned certificate.
+        return Err(ApiError::bad_request(
+            "invalid_certificate_pin",
+            "pinning needs mTLS: configure tls.client_ca_file first",
+        ));
+    }
     let key = new_secret(RUNTIME_KEY_PREFIX);
     let record = RuntimeRecord {
         id: new_id(),

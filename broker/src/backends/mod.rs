@@ -1,10 +1,12 @@
 //! Downstream backends: what a capability is exchanged for.
 //!
 //! Each backend kind implements [`Backend`]. The exchange handler verifies the
-//! capability, asks the backend to [`Backend::issue`] a credential, and records the
-//! lease and the use in one transaction; if that transaction refuses (uses ran out,
-//! run ended concurrently), the handler calls [`Backend::revoke`] so nothing
-//! downstream outlives the refusal. Database and AWS kinds plug in here.
+//! capability, reserves one use and records the lease in one transaction, and only
+//! then asks the backend to [`Backend::issue`] the credential: nothing is minted for
+//! a capability the store refuses. A backend failure marks the lease failed.
+//! [`Backend::revoke`] revokes a live lease downstream (run end, capability revoke,
+//! expiry); the database and AWS kinds, which hold real downstream state, plug in
+//! here with a durable revocation outbox.
 
 pub mod token;
 

@@ -178,9 +178,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Picks up keys rotated by another replica.
+/// Picks up keys rotated by another replica (on-demand reloads for unknown
+/// kids are throttled, so this bounds how long a new key can go unrecognised).
 async fn refresh_keys(app: crate::app::AppState) {
-    let mut tick = tokio::time::interval(Duration::from_secs(30));
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tick.tick().await;
         match manage::load(&app.store, &app.kek, app.clock.now()).await {

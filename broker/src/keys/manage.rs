@@ -23,9 +23,11 @@ pub enum KeyStoreError {
 /// Builds the key set from the store at `now`.
 pub async fn load(store: &Store, kek: &Kek, now: i64) -> Result<KeySet, KeyStoreError> {
     let rows = load_all(store).await?;
+    // The newest active row that really is ours: a junk row planted by someone
+    // without the KEK can neither become the signing key nor stop the broker.
     let active_row = rows
         .iter()
-        .filter(|r| r.retired_at.is_none())
+        .filter(|r| r.retired_at.is_none() && verified_public(kek, r).is_some())
         .max_by(|a, b| (a.created_at, &a.kid).cmp(&(b.created_at, &b.kid)))
         .ok_or(KeyStoreError::NoActiveKey)?;
     let der = kek

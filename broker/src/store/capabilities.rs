@@ -73,7 +73,7 @@ pub struct IssueSlot {
     pub outcome: Option<IssueOutcome>,
 }
 
-/// `?1, ?2, …` / `$1, $2, …` for an IN list.
+/// `?, ?, …` (SQLite, bound in order) / `$1, $2, …` (PostgreSQL) for an IN list.
 fn in_list(dialect: Dialect, n: usize) -> String {
     let mut s = super::writer::values_placeholders(dialect, 1, n);
     s.retain(|c| c != '(' && c != ')');
@@ -262,6 +262,7 @@ pub struct ConsumeUse {
 
 impl WriteOp for ConsumeUse {
     type Output = ConsumeOutcome;
+    const GRANTS: bool = true;
     fn apply<'a>(
         &'a self,
         ctx: &'a mut WriteCtx<'_>,

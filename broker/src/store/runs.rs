@@ -67,6 +67,7 @@ pub struct CreateRun {
 
 impl WriteOp for CreateRun {
     type Output = ();
+    const GRANTS: bool = true;
     fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
             let r = &self.record;

@@ -24,6 +24,7 @@ pub struct CreateRuntime {
 
 impl WriteOp for CreateRuntime {
     type Output = ();
+    const GRANTS: bool = true;
     fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
             let r = &self.record;

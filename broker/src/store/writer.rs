@@ -151,6 +151,9 @@ impl WriteCtx<'_> {
 /// by op), always in a fresh transaction, so it must not keep state between runs.
 pub trait WriteOp: Send + Sync + 'static {
     type Output: Send + 'static;
+    /// True for ops that only grant (may be skipped once their submitter has
+    /// given up); false for revocations and records that must happen regardless.
+    const GRANTS: bool = false;
     fn apply<'a>(
         &'a self,
         ctx: &'a mut WriteCtx<'_>,
@@ -165,8 +168,9 @@ trait Job: Send {
     }
     fn discard(&mut self);
     fn finish(self: Box<Self>, error: Option<StoreError>);
-    /// The submitter gave up waiting (timed out): applying the op now would
-    /// record something nobody will be told about, so it is skipped.
+    /// The submitter gave up waiting and the op only grants something (a
+    /// capability, a use, a run): applying it would record a grant nobody will
+    /// be told about, so it is skipped. Revocations are always applied.
     fn abandoned(&self) -> bool;
 }
 
@@ -185,7 +189,7 @@ impl Job for IssueJob {
     }
 
     fn abandoned(&self) -> bool {
-        self.reply.is_closed()
+        self.slot.op.record.is_some() && self.reply.is_closed()
     }
 
     fn discard(&mut self) {
@@ -222,7 +226,7 @@ impl<O: WriteOp> Job for Pending<O> {
     }
 
     fn abandoned(&self) -> bool {
-        self.reply.is_closed()
+        O::GRANTS && self.reply.is_closed()
     }
 
     fn finish(self: Box<Self>, error: Option<StoreError>) {
@@ -529,6 +533,7 @@ pub struct Probe;
 
 impl WriteOp for Probe {
     type Output = ();
+    const GRANTS: bool = true;
     fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
             let q = ctx.sql(

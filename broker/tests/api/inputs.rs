@@ -195,6 +195,17 @@ async fn hostile_bodies_are_refused_and_nothing_is_stored(app: TestApp) {
         "invalid_scope",
     )
     .await;
+    assert_error(
+        app.post(
+            "/v1/admin/runtimes",
+            Some(&app.admin_token),
+            json!({ "name": "pinned", "client_cert_sha256": "ab".repeat(32) }),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "invalid_certificate_pin",
+    )
+    .await;
     let dup = app.create_runtime("dup", "*", "*").await;
     assert!(dup.starts_with("tsr_rt_"));
     assert_error(
