@@ -159,6 +159,13 @@ async fn dev_broker_from_an_empty_folder_to_a_revoked_capability() {
     assert_eq!(ex.status(), 200);
     let exchanged: Value = ex.json().await.unwrap();
 
+    let verified = cli(&broker, &["audit", "verify"]);
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    assert!(String::from_utf8_lossy(&verified.stdout).contains("audit chain intact"));
     let rotated = cli(&broker, &["keys", "rotate", "--json"]);
     assert!(rotated.status.success());
     let keys = cli(&broker, &["keys", "list"]);

@@ -170,6 +170,15 @@ pub async fn rotate_key(
     }))
 }
 
+/// `GET /v1/admin/audit/verify`: walks the hash chain; `ok: false` names the first
+/// row that was edited, deleted, relinked or cut off.
+pub async fn verify_audit(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+) -> Result<Json<crate::audit::verify::Report>, ApiError> {
+    Ok(Json(crate::audit::verify::verify(&app.store).await?))
+}
+
 /// `GET /v1/admin/keys`
 pub async fn list_keys(
     State(app): State<AppState>,

@@ -42,6 +42,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/admin/runtimes"),
     ("post", "/v1/admin/keys/rotate"),
     ("get", "/v1/admin/keys"),
+    ("get", "/v1/admin/audit/verify"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -64,6 +65,7 @@ pub fn router(app: AppState) -> Router {
         )
         .route("/v1/admin/keys/rotate", post(admin::rotate_key))
         .route("/v1/admin/keys", get(admin::list_keys))
+        .route("/v1/admin/audit/verify", get(admin::verify_audit))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

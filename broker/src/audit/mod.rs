@@ -8,6 +8,8 @@
 
 use serde::Serialize;
 
+pub mod verify;
+
 /// One security decision, before it gets its place (seq, time, hash) in the chain.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AuditEvent {
@@ -37,15 +39,17 @@ impl AuditEvent {
 
 /// The canonical form that is hashed: fixed field order, explicit nulls.
 #[derive(Serialize)]
-struct Canonical<'a> {
+struct Canonical<'a, E> {
     seq: i64,
     at_ms: i64,
     #[serde(flatten)]
-    event: &'a AuditEvent,
+    event: &'a E,
 }
 
-/// Hash of the row at `seq` given the previous row's hash.
-pub fn chain_hash(prev_hash: &str, seq: i64, at_ms: i64, event: &AuditEvent) -> String {
+/// Hash of the row at `seq` given the previous row's hash. `event` is an
+/// [`AuditEvent`] when writing, and [`verify::StoredEvent`] (same fields, same
+/// order, read back from the store) when verifying.
+pub fn chain_hash<E: Serialize>(prev_hash: &str, seq: i64, at_ms: i64, event: &E) -> String {
     let body = serde_json::to_vec(&Canonical { seq, at_ms, event }).unwrap_or_default();
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(prev_hash.as_bytes());

@@ -1,6 +1,6 @@
 //! Admin commands: HTTP calls to a running broker with the admin token.
 
-use super::{Command, KeysCommand, Remote, RunsCommand, RuntimesCommand};
+use super::{AuditCommand, Command, KeysCommand, Remote, RunsCommand, RuntimesCommand};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::process::ExitCode;
@@ -149,6 +149,34 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 "keys",
                 &["kid", "state", "created_at", "publish_until"],
             );
+        }
+        Command::Audit(AuditCommand::Verify { remote }) => {
+            let v = call(
+                &remote,
+                reqwest::Method::GET,
+                "/v1/admin/audit/verify",
+                None,
+            )
+            .await?;
+            if remote.json {
+                println!("{v}");
+            } else if v["ok"] == true {
+                println!(
+                    "audit chain intact: {} rows, head at {}",
+                    v["rows"], v["head_seq"]
+                );
+            } else {
+                let p = &v["first_problem"];
+                println!(
+                    "audit chain BROKEN at row {}: {} ({})",
+                    p["seq"],
+                    p["kind"].as_str().unwrap_or(""),
+                    p["detail"].as_str().unwrap_or("")
+                );
+            }
+            if v["ok"] != true {
+                bail!("the audit log does not verify");
+            }
         }
         Command::Serve(_) | Command::Policy(_) => bail!("not an admin command"),
     }

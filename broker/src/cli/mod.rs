@@ -35,6 +35,9 @@ pub enum Command {
     /// Manage signing keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Verify the tamper-evident audit log (exit 1 when it was tampered with).
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Check a policy directory against its schema (exit 1 on errors).
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -126,6 +129,15 @@ pub enum KeysCommand {
     },
     /// List signing keys.
     List {
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Walk the hash chain and report the first edited, deleted or reordered row.
+    Verify {
         #[command(flatten)]
         remote: Remote,
     },

@@ -4,6 +4,7 @@
 
 mod helpers;
 
+mod audit;
 mod capabilities;
 mod exchange;
 mod inputs;

@@ -1,0 +1,147 @@
+//! Walking the audit chain: finds the first row that was edited, deleted,
+//! reordered or cut off, by recomputing every hash from the genesis value
+//! (the same function as [`super::AuditEvent`] rows were written with).
+//!
+//! Reads in pages so a long log is verified in bounded memory. A clean walk ends
+//! at the head row (`audit_head`), which every writer batch updates in the same
+//! transaction as the rows; a head ahead of the last row means rows were removed
+//! from the end.
+
+use super::{chain_hash, GENESIS_HASH};
+use crate::store::{col, Store, StoreError};
+use serde::Serialize;
+
+const PAGE: i64 = 1000;
+
+/// The first inconsistency found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// The sequence number where the chain first breaks.
+    pub seq: i64,
+    /// `edited` (the row's content no longer matches its hash — also a row moved
+    /// to another position), `deleted` (rows missing before this one), `relinked`
+    /// (the row does not follow the previous row's hash), `truncated` (rows removed
+    /// from the end).
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub ok: bool,
+    pub rows: i64,
+    pub head_seq: i64,
+    pub first_problem: Option<Problem>,
+}
+
+/// An audit row's event as stored: the fields of [`AuditEvent`], in its order,
+/// so it serialises (and hashes) exactly as it did when written.
+#[derive(Debug, Serialize)]
+pub struct StoredEvent {
+    event: String,
+    actor: String,
+    decision: String,
+    reason: Option<String>,
+    run_id: Option<String>,
+    capability_id: Option<String>,
+    user: Option<String>,
+    action: Option<String>,
+    resource: Option<String>,
+    request_id: Option<String>,
+    detail: Option<String>,
+}
+
+fn event_of(row: &sqlx::any::AnyRow) -> Result<StoredEvent, StoreError> {
+    Ok(StoredEvent {
+        event: col(row, "event")?,
+        actor: col(row, "actor")?,
+        decision: col(row, "decision")?,
+        reason: col(row, "reason")?,
+        run_id: col(row, "run_id")?,
+        capability_id: col(row, "capability_id")?,
+        user: col(row, "user_name")?,
+        action: col(row, "action")?,
+        resource: col(row, "resource")?,
+        request_id: col(row, "request_id")?,
+        detail: col(row, "detail")?,
+    })
+}
+
+/// Verifies the whole chain.
+pub async fn verify(store: &Store) -> Result<Report, StoreError> {
+    let mut prev = GENESIS_HASH.to_owned();
+    let mut expected = 1i64;
+    let mut rows = 0i64;
+    let mut first_problem = None;
+    'pages: loop {
+        let q = store.sql(
+            "SELECT seq, at_ms, event, actor, decision, reason, run_id, capability_id, user_name, \
+             action, resource, request_id, detail, prev_hash, hash FROM audit \
+             WHERE seq >= $1 ORDER BY seq LIMIT $2",
+        );
+        let page = sqlx::query(&q)
+            .bind(expected)
+            .bind(PAGE)
+            .fetch_all(store.pool())
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        for row in &page {
+            let seq: i64 = col(row, "seq")?;
+            let prev_hash: String = col(row, "prev_hash")?;
+            let hash: String = col(row, "hash")?;
+            let at_ms: i64 = col(row, "at_ms")?;
+            let recomputed = chain_hash(&prev_hash, seq, at_ms, &event_of(row)?);
+            rows += 1;
+            let problem = if seq != expected {
+                Some(Problem {
+                    seq: expected,
+                    kind: "deleted",
+                    detail: format!("rows {expected}..{} are missing", seq - 1),
+                })
+            } else if recomputed != hash {
+                Some(Problem {
+                    seq,
+                    kind: "edited",
+                    detail: "the row does not match its hash".into(),
+                })
+            } else if prev_hash != prev {
+                Some(Problem {
+                    seq,
+                    kind: "relinked",
+                    detail: "the row does not follow the previous row's hash".into(),
+                })
+            } else {
+                None
+            };
+            if let Some(p) = problem {
+                first_problem = Some(p);
+                break 'pages;
+            }
+            prev = hash;
+            expected = seq + 1;
+        }
+    }
+    let head = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1")
+        .fetch_one(store.pool())
+        .await?;
+    let head_seq: i64 = col(&head, "seq")?;
+    let head_hash: String = col(&head, "hash")?;
+    if first_problem.is_none() && (head_seq != expected - 1 || head_hash != prev) {
+        first_problem = Some(Problem {
+            seq: expected,
+            kind: "truncated",
+            detail: format!(
+                "the chain ends at {} but its head says {head_seq}",
+                expected - 1
+            ),
+        });
+    }
+    Ok(Report {
+        ok: first_problem.is_none(),
+        rows,
+        head_seq,
+        first_problem,
+    })
+}
