@@ -18,6 +18,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -39,29 +40,33 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// Every certificate in a PEM file (at least one); `what` prefixes errors.
+pub fn read_certificates(path: &Path, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("{what}: cannot read {}", path.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{what}: {} is not PEM certificates", path.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!("{what}: {} holds no certificate", path.display());
+    }
+    Ok(certs)
+}
+
+/// A root store of every certificate in a PEM file (a private CA).
+pub fn read_roots(path: &Path, what: &str) -> anyhow::Result<rustls::RootCertStore> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in read_certificates(path, what)? {
+        roots
+            .add(cert)
+            .with_context(|| format!("{what}: bad certificate in {}", path.display()))?;
+    }
+    Ok(roots)
+}
+
 /// Builds the rustls server configuration (ring provider, TLS 1.2/1.3, h2 + http/1.1).
 pub fn tls_config(tls: &TlsConfig) -> anyhow::Result<ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&tls.cert_file)
-        .with_context(|| {
-            format!(
-                "config error: tls.cert_file: cannot read {}",
-                tls.cert_file.display()
-            )
-        })?
-        .collect::<Result<_, _>>()
-        .with_context(|| {
-            format!(
-                "config error: tls.cert_file: {} is not PEM certificates",
-                tls.cert_file.display()
-            )
-        })?;
-    if certs.is_empty() {
-        anyhow::bail!(
-            "config error: tls.cert_file: {} holds no certificate",
-            tls.cert_file.display()
-        );
-    }
+    let certs = read_certificates(&tls.cert_file, "config error: tls.cert_file")?;
     let key = PrivateKeyDer::from_pem_file(&tls.key_file).with_context(|| {
         format!(
             "config error: tls.key_file: cannot read a private key from {}",
@@ -74,23 +79,7 @@ pub fn tls_config(tls: &TlsConfig) -> anyhow::Result<ServerConfig> {
     let builder = match &tls.client_ca_file {
         None => builder.with_no_client_auth(),
         Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(ca).with_context(|| {
-                format!(
-                    "config error: tls.client_ca_file: cannot read {}",
-                    ca.display()
-                )
-            })? {
-                let cert = cert.with_context(|| {
-                    format!("config error: tls.client_ca_file: {}", ca.display())
-                })?;
-                roots.add(cert).with_context(|| {
-                    format!(
-                        "config error: tls.client_ca_file: bad certificate in {}",
-                        ca.display()
-                    )
-                })?;
-            }
+            let roots = read_roots(ca, "config error: tls.client_ca_file")?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()

@@ -177,21 +177,30 @@ async fn record_refusal(
 ) -> ApiError {
     let op = IssueCapability {
         record: None,
-        rate: vec![rate_charge(
-            format!("run:{}", run.id),
-            &app.config.limits.max_rate,
-        )],
+        rate: vec![server_rate(app, run)],
         audit,
     };
     match app.store.writer().issue(op).await {
         Ok(IssueOutcome::Denied) => refusal,
-        Ok(IssueOutcome::RunInactive(state)) => run_inactive(state),
-        Ok(IssueOutcome::RateLimited { retry_after_us }) => {
-            ApiError::rate_limited((retry_after_us as u64).div_ceil(1_000_000))
-        }
-        Ok(IssueOutcome::Issued) => ApiError::internal(),
+        Ok(other) => refused(other),
         Err(e) => e.into(),
     }
+}
+
+/// The error for an issuance the writer refused (anything but the expected outcome).
+fn refused(outcome: IssueOutcome) -> ApiError {
+    match outcome {
+        IssueOutcome::RunInactive(state) => run_inactive(state),
+        IssueOutcome::RateLimited { retry_after_us } => {
+            ApiError::rate_limited((retry_after_us as u64).div_ceil(1_000_000))
+        }
+        IssueOutcome::Issued | IssueOutcome::Denied => ApiError::internal(),
+    }
+}
+
+/// The run's charge against the server-wide rate cap (`limits.max_rate`).
+fn server_rate(app: &AppState, run: &RunRecord) -> RateCharge {
+    rate_charge(format!("run:{}", run.id), &app.config.limits.max_rate)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -223,7 +232,7 @@ async fn issue(
         .map(|(u, _)| *u)
         .unwrap_or(limits.default_uses)
         .min(limits.max_uses);
-    let mut rate = vec![rate_charge(format!("run:{}", run.id), &limits.max_rate)];
+    let mut rate = vec![server_rate(app, run)];
     if let Some((r, policy_id)) = &constraints.rate {
         rate.push(rate_charge(format!("run:{}:policy:{policy_id}", run.id), r));
     }
@@ -286,11 +295,7 @@ async fn issue(
                 uses,
             }),
         )),
-        IssueOutcome::RunInactive(state) => Err(run_inactive(state)),
-        IssueOutcome::Denied => Err(ApiError::internal()),
-        IssueOutcome::RateLimited { retry_after_us } => Err(ApiError::rate_limited(
-            (retry_after_us as u64).div_ceil(1_000_000),
-        )),
+        other => Err(refused(other)),
     }
 }
 

@@ -185,13 +185,9 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
 
 /// SHA-256 (hex) of the first certificate in a PEM file: the runtime's pin.
 fn certificate_sha256(path: &std::path::Path) -> anyhow::Result<String> {
-    use rustls::pki_types::pem::PemObject;
-    let cert = rustls::pki_types::CertificateDer::pem_file_iter(path)
-        .with_context(|| format!("cannot read certificate file {}", path.display()))?
-        .next()
-        .with_context(|| format!("{} holds no PEM certificate", path.display()))?
-        .with_context(|| format!("bad certificate in {}", path.display()))?;
-    Ok(crate::ids::sha256_hex(cert.as_ref()))
+    let certs = crate::server::read_certificates(path, "--client-cert")?;
+    let leaf = certs.first().context("--client-cert: no certificate")?;
+    Ok(crate::ids::sha256_hex(leaf.as_ref()))
 }
 
 fn print_table(remote: &Remote, v: &Value, key: &str, columns: &[&str]) {
@@ -243,13 +239,7 @@ fn client(remote: &Remote) -> anyhow::Result<reqwest::Client> {
         .ca_file
         .as_ref()
         .context("an https:// broker address needs TESSERA_CA_FILE or --ca-file")?;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
-        .with_context(|| format!("cannot read CA file {}", ca.display()))?
-    {
-        roots.add(cert.with_context(|| format!("bad certificate in {}", ca.display()))?)?;
-    }
+    let roots = crate::server::read_roots(ca, "CA file")?;
     let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
     ))

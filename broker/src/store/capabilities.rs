@@ -80,6 +80,35 @@ fn in_list(dialect: Dialect, n: usize) -> String {
     s
 }
 
+/// Runs `SELECT … WHERE <column> IN (…)` over `keys`, in chunks.
+async fn select_in(
+    ctx: &mut WriteCtx<'_>,
+    select_where: &str,
+    keys: BTreeSet<&str>,
+) -> Result<Vec<sqlx::any::AnyRow>, sqlx::Error> {
+    let keys: Vec<&str> = keys.into_iter().collect();
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(ROWS_PER_INSERT) {
+        let q = format!("{select_where} IN ({})", in_list(ctx.dialect, chunk.len()));
+        let mut query = sqlx::query(&q);
+        for key in chunk {
+            query = query.bind(*key);
+        }
+        rows.extend(query.fetch_all(&mut *ctx.conn).await?);
+    }
+    Ok(rows)
+}
+
+/// The audit event of a refused issuance: no capability id, the given reason.
+fn refused(issued: &AuditEvent, event: &'static str, reason: String) -> AuditEvent {
+    let mut ev = issued.clone();
+    ev.event = event;
+    ev.decision = "deny";
+    ev.capability_id = None;
+    ev.reason = Some(reason);
+    ev
+}
+
 /// Applies a batch's issuances together: one query for the runs, one for the rate
 /// buckets, multi-row INSERT/UPSERT for the rows. Each issuance is decided in
 /// order exactly as if applied alone (run active? every rate charge admitted?),
@@ -93,40 +122,29 @@ pub(crate) async fn apply_issue_segment(
 
     let run_ids: BTreeSet<&str> = slots.iter().filter_map(|s| s.op.run_id()).collect();
     let mut runs: HashMap<String, RunState> = HashMap::new();
-    let run_ids: Vec<&str> = run_ids.into_iter().collect();
-    for chunk in run_ids.chunks(ROWS_PER_INSERT) {
-        let q = format!(
-            "SELECT id, ended_at, expires_at FROM runs WHERE id IN ({})",
-            in_list(ctx.dialect, chunk.len())
-        );
-        let mut query = sqlx::query(&q);
-        for id in chunk {
-            query = query.bind(*id);
-        }
-        for row in query.fetch_all(&mut *ctx.conn).await? {
-            let state = RunState::of(row.try_get("ended_at")?, row.try_get("expires_at")?, now);
-            runs.insert(row.try_get("id")?, state);
-        }
+    for row in select_in(
+        ctx,
+        "SELECT id, ended_at, expires_at FROM runs WHERE id",
+        run_ids,
+    )
+    .await?
+    {
+        let state = RunState::of(row.try_get("ended_at")?, row.try_get("expires_at")?, now);
+        runs.insert(row.try_get("id")?, state);
     }
-
     let buckets: BTreeSet<&str> = slots
         .iter()
         .flat_map(|s| s.op.rate.iter().map(|r| r.bucket.as_str()))
         .collect();
-    let buckets: Vec<&str> = buckets.into_iter().collect();
     let mut tats: HashMap<String, i64> = HashMap::new();
-    for chunk in buckets.chunks(ROWS_PER_INSERT) {
-        let q = format!(
-            "SELECT bucket, tat_us FROM rate_limits WHERE bucket IN ({})",
-            in_list(ctx.dialect, chunk.len())
-        );
-        let mut query = sqlx::query(&q);
-        for b in chunk {
-            query = query.bind(*b);
-        }
-        for row in query.fetch_all(&mut *ctx.conn).await? {
-            tats.insert(row.try_get("bucket")?, row.try_get("tat_us")?);
-        }
+    for row in select_in(
+        ctx,
+        "SELECT bucket, tat_us FROM rate_limits WHERE bucket",
+        buckets,
+    )
+    .await?
+    {
+        tats.insert(row.try_get("bucket")?, row.try_get("tat_us")?);
     }
 
     let mut dirty: BTreeSet<String> = BTreeSet::new();
@@ -139,38 +157,41 @@ pub(crate) async fn apply_issue_segment(
             .copied()
             .unwrap_or(RunState::Ended);
         if state != RunState::Active {
-            let mut ev = op.audit.clone();
-            ev.event = "capability.denied";
-            ev.decision = "deny";
-            ev.capability_id = None;
-            ev.reason = Some(format!("run_{}", state.as_str()));
-            ctx.audit(&ev).await?;
+            let reason = format!("run_{}", state.as_str());
+            ctx.audit(&refused(&op.audit, "capability.denied", reason))
+                .await?;
             slot.outcome = Some(IssueOutcome::RunInactive(state));
             continue;
         }
         // GCRA: admitted when the new theoretical arrival time is within one window.
-        let mut retry_after_us: Option<i64> = None;
-        for c in &op.rate {
-            let tat = tats.get(&c.bucket).copied().unwrap_or(now_us).max(now_us) + c.interval_us;
-            if tat - c.window_us > now_us {
-                let wait = (tat - c.window_us - now_us).max(1);
-                retry_after_us = Some(retry_after_us.map_or(wait, |w| w.max(wait)));
-            }
-        }
+        let next: Vec<(&str, i64)> = op
+            .rate
+            .iter()
+            .map(|c| {
+                let tat = tats.get(&c.bucket).copied().unwrap_or(now_us).max(now_us);
+                (c.bucket.as_str(), tat + c.interval_us)
+            })
+            .collect();
+        let retry_after_us = op
+            .rate
+            .iter()
+            .zip(&next)
+            .map(|(c, (_, tat))| tat - c.window_us - now_us)
+            .filter(|wait| *wait > 0)
+            .max();
         if let Some(retry_after_us) = retry_after_us {
-            let mut ev = op.audit.clone();
-            ev.event = "capability.rate_limited";
-            ev.decision = "deny";
-            ev.capability_id = None;
-            ev.reason = Some("rate_limited".into());
-            ctx.audit(&ev).await?;
+            ctx.audit(&refused(
+                &op.audit,
+                "capability.rate_limited",
+                "rate_limited".into(),
+            ))
+            .await?;
             slot.outcome = Some(IssueOutcome::RateLimited { retry_after_us });
             continue;
         }
-        for c in &op.rate {
-            let tat = tats.get(&c.bucket).copied().unwrap_or(now_us).max(now_us) + c.interval_us;
-            tats.insert(c.bucket.clone(), tat);
-            dirty.insert(c.bucket.clone());
+        for (bucket, tat) in next {
+            tats.insert(bucket.to_owned(), tat);
+            dirty.insert(bucket.to_owned());
         }
         ctx.audit(&op.audit).await?;
         if op.record.is_some() {
