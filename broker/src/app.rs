@@ -31,6 +31,8 @@ pub struct App {
     pub metrics: Metrics,
     pub clock: Clock,
     pub runs: RunCache,
+    /// Serialises policy reloads (see [`crate::policy_reload`]).
+    pub policy_reload_lock: tokio::sync::Mutex<()>,
 }
 
 impl App {
@@ -70,6 +72,7 @@ impl App {
             metrics: Metrics::new(),
             clock,
             runs: RunCache::default(),
+            policy_reload_lock: tokio::sync::Mutex::new(()),
         }))
     }
 

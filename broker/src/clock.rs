@@ -55,9 +55,27 @@ pub fn rfc3339_ms(unix_ms: i64) -> String {
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
 }
 
+/// Unix milliseconds of an RFC 3339 timestamp (`2026-11-29T10:00:00Z`, any offset).
+pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
+    let t = OffsetDateTime::parse(text, &Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_round_trips_in_milliseconds() {
+        let ms = 1_764_410_400_123;
+        assert_eq!(parse_rfc3339_ms(&rfc3339_ms(ms)), Some(ms));
+        assert_eq!(
+            parse_rfc3339_ms("2026-11-29T10:00:00+01:00"),
+            parse_rfc3339_ms("2026-11-29T09:00:00Z")
+        );
+        assert_eq!(parse_rfc3339_ms("yesterday"), None);
+        assert_eq!(parse_rfc3339_ms("2026-11-29"), None);
+    }
 
     #[test]
     fn advance_moves_all_clones() {

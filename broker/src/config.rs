@@ -34,6 +34,8 @@ struct RawConfig {
     listen: Option<String>,
     data_dir: Option<PathBuf>,
     policy_dir: Option<PathBuf>,
+    policy_watch_interval: Option<String>,
+    expiry_sweep_interval: Option<String>,
     issuer: Option<String>,
     #[serde(default)]
     store: RawStore,
@@ -178,6 +180,11 @@ pub struct Config {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub policy_dir: PathBuf,
+    /// How often the policy directory is checked for changes; `None`: never
+    /// (reload then happens only on SIGHUP or the admin API).
+    pub policy_watch_interval: Option<Duration>,
+    /// How often runs past their expiry are ended and audited as expired.
+    pub expiry_sweep_interval: Duration,
     pub issuer: String,
     pub store: StoreUrl,
     pub max_connections: u32,
@@ -257,6 +264,19 @@ impl Config {
             .or_else(|| env("TESSERA_POLICY_DIR").map(PathBuf::from))
             .or(raw.policy_dir)
             .unwrap_or_else(|| PathBuf::from("policy"));
+        let policy_watch_interval = match raw.policy_watch_interval.as_deref() {
+            Some("off") => None,
+            other => Some(interval_setting(
+                "policy_watch_interval",
+                other,
+                Duration::from_secs(2),
+            )?),
+        };
+        let expiry_sweep_interval = interval_setting(
+            "expiry_sweep_interval",
+            raw.expiry_sweep_interval.as_deref(),
+            Duration::from_secs(5),
+        )?;
         let issuer = env("TESSERA_ISSUER")
             .or(raw.issuer)
             .unwrap_or_else(|| "tessera".to_owned());
@@ -310,6 +330,8 @@ impl Config {
             listen,
             data_dir,
             policy_dir,
+            policy_watch_interval,
+            expiry_sweep_interval,
             issuer,
             store,
             max_connections,
@@ -385,6 +407,19 @@ fn duration_setting(
         None => Ok(default),
         Some(text) => parse_duration(text).map_err(|e| err(setting, e.to_string())),
     }
+}
+
+/// A background interval: 1s to 1h.
+fn interval_setting(
+    setting: &str,
+    v: Option<&str>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    let d = duration_setting(setting, &v.map(str::to_owned), default)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&d) {
+        return Err(err(setting, "must be between 1s and 1h"));
+    }
+    Ok(d)
 }
 
 fn resolve_limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
@@ -575,6 +610,23 @@ mod tests {
         assert_eq!(e.setting, "listen");
         let e = Config::from_toml("bogus = 1", &o, &no_env).unwrap_err();
         assert!(e.message.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn background_intervals() {
+        let o = Overrides {
+            dev: true,
+            ..Default::default()
+        };
+        let c = Config::from_toml("", &o, &no_env).unwrap();
+        assert_eq!(c.policy_watch_interval, Some(Duration::from_secs(2)));
+        assert_eq!(c.expiry_sweep_interval, Duration::from_secs(5));
+        let c = Config::from_toml("policy_watch_interval = \"off\"", &o, &no_env).unwrap();
+        assert_eq!(c.policy_watch_interval, None);
+        let e = Config::from_toml("policy_watch_interval = \"2h\"", &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "policy_watch_interval");
+        let e = Config::from_toml("expiry_sweep_interval = \"soon\"", &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "expiry_sweep_interval");
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub struct Metrics {
     http: Family<Labels, Counter>,
     capabilities: Family<Labels, Counter>,
     exchanges: Family<Labels, Counter>,
+    background: Family<Labels, Counter>,
     latency: Histogram,
 }
 
@@ -34,6 +35,7 @@ impl Metrics {
         let http = Family::<Labels, Counter>::default();
         let capabilities = Family::<Labels, Counter>::default();
         let exchanges = Family::<Labels, Counter>::default();
+        let background = Family::<Labels, Counter>::default();
         let latency = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         registry.register("http_requests", "HTTP responses by status", http.clone());
         registry.register(
@@ -42,6 +44,11 @@ impl Metrics {
             capabilities.clone(),
         );
         registry.register("exchanges", "Exchanges by outcome", exchanges.clone());
+        registry.register(
+            "background",
+            "Policy reloads and expiry sweeps by task and outcome",
+            background.clone(),
+        );
         registry.register(
             "http_request_duration_seconds",
             "HTTP request latency",
@@ -52,6 +59,7 @@ impl Metrics {
             http,
             capabilities,
             exchanges,
+            background,
             latency,
         }
     }
@@ -72,6 +80,16 @@ impl Metrics {
     pub fn exchange(&self, outcome: &'static str) {
         self.exchanges
             .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc();
+    }
+
+    /// A background task's outcome: `task` = policy_reload | expiry_sweep.
+    pub fn background(&self, task: &'static str, outcome: &'static str) {
+        self.background
+            .get_or_create(&vec![
+                ("task", task.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
             .inc();
     }
 

@@ -82,7 +82,7 @@ fn cli(broker: &Broker, args: &[&str]) -> std::process::Output {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dev_broker_from_an_empty_folder_to_a_revoked_capability() {
+async fn full_flow_leaves_no_secret_anywhere() {
     let broker = start_dev_broker().await;
     let dir = &broker.dir;
     // --dev created its files in the working folder, secrets with mode 0600.
@@ -228,7 +228,28 @@ async fn dev_broker_from_an_empty_folder_to_a_revoked_capability() {
             !log.contains(&secret[secret.len() - 24..]),
             "{name} fragment found in the broker log"
         );
+        // Nor in any byte of the database: every table, index, free page and the
+        // write-ahead log — not only the rows a query would show.
+        for file in ["tessera.db", "tessera.db-wal", "tessera.db-shm"] {
+            let Ok(bytes) = std::fs::read(dir.join(file)) else {
+                continue;
+            };
+            let fragment = &secret.as_bytes()[secret.len() - 24..];
+            assert!(
+                !bytes.windows(fragment.len()).any(|w| w == fragment),
+                "{name} found in {file}"
+            );
+        }
     }
+    // The search would have found them: ids it was handed are in the database.
+    let db = std::fs::read(dir.join("tessera.db")).unwrap();
+    let wal = std::fs::read(dir.join("tessera.db-wal")).unwrap_or_default();
+    let run_id = run_id.as_bytes();
+    assert!(
+        db.windows(run_id.len()).any(|w| w == run_id)
+            || wal.windows(run_id.len()).any(|w| w == run_id),
+        "the byte search finds what is stored"
+    );
 }
 
 #[tokio::test]
@@ -304,4 +325,148 @@ async fn cli_errors_are_clear() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.cedar:2:"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_cli_reads_the_audit_lists_runs_and_reloads_on_sighup() {
+    let broker = start_dev_broker().await;
+    let rt: Value = serde_json::from_str(&stdout_of(&cli(
+        &broker,
+        &["runtimes", "create", "agents", "--json"],
+    )))
+    .unwrap();
+    let key = rt["key"].as_str().unwrap();
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{}/v1/runs", broker.addr))
+        .bearer_auth(key)
+        .json(
+            &json!({ "user": "alice", "task": { "id": "t-7", "kind": "summarize" }, "ttl": "30m" }),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = run["run_id"].as_str().unwrap();
+    let cap: Value = http
+        .post(format!("{}/v1/capabilities", broker.addr))
+        .bearer_auth(run["run_token"].as_str().unwrap())
+        .json(&json!({ "action": "read", "resource": "svc-reports:reports/2026/q1.csv" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cap_id = cap["capability_id"].as_str().unwrap();
+
+    // runs list: a table by default, JSON on request.
+    let table = stdout_of(&cli(&broker, &["runs", "list"]));
+    assert!(table.starts_with("RUN_ID"), "{table}");
+    assert!(
+        table.contains(run_id) && table.contains("agents"),
+        "{table}"
+    );
+    let listed: Value = serde_json::from_str(&stdout_of(&cli(
+        &broker,
+        &["runs", "list", "--user", "bob", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(listed["runs"], json!([]));
+
+    let revoked = stdout_of(&cli(&broker, &["capabilities", "revoke", cap_id]));
+    assert!(revoked.contains("revoked"), "{revoked}");
+
+    // The run's story, oldest first, one line per row.
+    let tail = stdout_of(&cli(&broker, &["audit", "tail", "--run", run_id]));
+    let events: Vec<&str> = tail
+        .lines()
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(
+        events,
+        ["run.started", "capability.issued", "capability.revoked"],
+        "{tail}"
+    );
+    assert!(
+        tail.contains("user=alice") && tail.contains("task_id=t-7"),
+        "{tail}"
+    );
+
+    // SIGHUP reloads the policy directory, attributed to the signal.
+    let pid = broker.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut reloaded = String::new();
+    for _ in 0..100 {
+        reloaded = stdout_of(&cli(
+            &broker,
+            &["audit", "tail", "--event", "policy.reloaded", "--json"],
+        ));
+        if !reloaded.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let row: Value = serde_json::from_str(reloaded.lines().next().expect("reloaded")).unwrap();
+    assert_eq!(row["actor"], "signal");
+
+    // Disabling the runtime ends its open run.
+    let disabled = stdout_of(&cli(&broker, &["runtimes", "disable", "agents"]));
+    assert!(disabled.contains("ended 1 open runs"), "{disabled}");
+
+    // export: every row, as JSON lines in chain order, linked hash to hash.
+    let export = stdout_of(&cli(&broker, &["audit", "export", "--since", "1h"]));
+    let rows: Vec<Value> = export
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let verify: Value =
+        serde_json::from_str(&stdout_of(&cli(&broker, &["audit", "verify", "--json"]))).unwrap();
+    assert_eq!(rows.len() as i64, verify["rows"].as_i64().unwrap());
+    for pair in rows.windows(2) {
+        assert_eq!(pair[1]["prev_hash"], pair[0]["hash"]);
+    }
+    assert!(rows.iter().any(|r| r["event"] == "runtime.disabled"));
+    let none = stdout_of(&cli(
+        &broker,
+        &[
+            "audit",
+            "export",
+            "--since",
+            "2000-01-01T00:00:00Z",
+            "--until",
+            "2000-01-02T00:00:00Z",
+        ],
+    ));
+    assert!(none.is_empty());
+
+    // Clear errors: a bad argument, a filter the broker rejects, an unknown id.
+    let out = cli(&broker, &["audit", "export", "--since", "whenever"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--since"));
+    let out = cli(&broker, &["runs", "list", "--state", "bogus"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid_query"));
+    let out = cli(&broker, &["capabilities", "revoke", run_id]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("404"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -239,6 +239,49 @@ pub struct RotateKeyResponse {
     pub previous_published_until: Option<String>,
 }
 
+/// `POST /v1/admin/runtimes/{name}/disable` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DisableRuntimeResponse {
+    pub name: String,
+    /// False when the runtime was already disabled.
+    pub disabled: bool,
+    /// Runs of this runtime that were still open and are now ended.
+    pub runs_ended: u64,
+    pub revoked: RevokedCounts,
+}
+
+/// One run in `GET /v1/admin/runs`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub user: String,
+    pub task: Task,
+    pub runtime: String,
+    pub labels: Vec<String>,
+    pub created_at: String,
+    pub expires_at: String,
+    pub ended_at: Option<String>,
+    /// `active`, `ended` or `expired`.
+    pub state: String,
+}
+
+/// `GET /v1/admin/runs` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunList {
+    pub runs: Vec<RunSummary>,
+    /// Pass as `after` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /v1/admin/policy/reload` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PolicyReloadResponse {
+    /// Policies now in force.
+    pub policies: usize,
+    /// SHA-256 over the policy files that were loaded.
+    pub sha256: String,
+}
+
 /// Every error the broker returns: `{"error": {"code", "message", "request_id"}}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ErrorBody {

@@ -2,23 +2,25 @@
 
 use super::extract::{AdminCaller, ApiJson, RequestId};
 use crate::app::AppState;
-use crate::audit::AuditEvent;
+use crate::audit::{events, AuditEvent};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::ids::{new_id, new_secret, secret_hash, RUNTIME_KEY_PREFIX};
 use crate::keys::manage;
 use crate::names::GlobList;
-use crate::store::runtimes::{self, CreateRuntime, RuntimeRecord};
+use crate::store::runtimes::{self, CreateRuntime, DisableRuntime, RuntimeRecord};
 use crate::store::StoreError;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
-use tessera_client::types::{CreateRuntimeRequest, CreateRuntimeResponse, RotateKeyResponse};
+use tessera_client::types::{
+    CreateRuntimeRequest, CreateRuntimeResponse, DisableRuntimeResponse, RotateKeyResponse,
+};
 
 /// Runtime names: 1-63 of `[a-z0-9._-]`, starting with a letter or digit.
-fn is_runtime_name(s: &str) -> bool {
+pub(crate) fn is_runtime_name(s: &str) -> bool {
     (1..=63).contains(&s.len())
         && s.as_bytes()[0].is_ascii_alphanumeric()
         && s.bytes().all(|c| {
@@ -89,7 +91,7 @@ pub async fn create_runtime(
         created_at: app.clock.now(),
         disabled_at: None,
     };
-    let mut audit = AuditEvent::new("runtime.created", "admin", "allow");
+    let mut audit = AuditEvent::new(events::RUNTIME_CREATED, "admin", "allow");
     audit.request_id = Some(rid);
     audit.detail = Some(format!(
         "runtime={} users={} task_kinds={}",
@@ -141,6 +143,36 @@ pub async fn list_runtimes(
     Ok(Json(json!({ "runtimes": items })))
 }
 
+/// `POST /v1/admin/runtimes/{name}/disable`: the key stops working and every
+/// open run of the runtime is ended, with everything in it revoked.
+pub async fn disable_runtime(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    RequestId(rid): RequestId,
+    Path(name): Path<String>,
+) -> Result<Json<DisableRuntimeResponse>, ApiError> {
+    if !is_runtime_name(&name) {
+        return Err(ApiError::not_found("runtime"));
+    }
+    let mut audit = AuditEvent::new(events::RUNTIME_DISABLED, "admin", "allow");
+    audit.request_id = Some(rid);
+    let done = app
+        .store
+        .writer()
+        .submit(DisableRuntime {
+            name: name.clone(),
+            audit,
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found("runtime"))?;
+    Ok(Json(DisableRuntimeResponse {
+        name,
+        disabled: done.disabled,
+        runs_ended: done.runs_ended,
+        revoked: done.revoked,
+    }))
+}
+
 /// `POST /v1/admin/keys/rotate`
 pub async fn rotate_key(
     State(app): State<AppState>,
@@ -150,7 +182,7 @@ pub async fn rotate_key(
     let now = app.clock.now();
     // Every token the old key signed expires within the longest capability ttl.
     let publish_until = now + app.config.limits.max_capability_ttl.as_secs() as i64 + 60;
-    let mut audit = AuditEvent::new("key.rotated", "admin", "allow");
+    let mut audit = AuditEvent::new(events::KEY_ROTATED, "admin", "allow");
     audit.request_id = Some(rid);
     let (set, retired) = manage::rotate(&app.store, &app.kek, now, publish_until, audit)
         .await
@@ -168,15 +200,6 @@ pub async fn rotate_key(
         previous_kid: retired.last().cloned(),
         previous_published_until: (!retired.is_empty()).then(|| rfc3339(publish_until)),
     }))
-}
-
-/// `GET /v1/admin/audit/verify`: walks the hash chain; `ok: false` names the first
-/// row that was edited, deleted, relinked or cut off.
-pub async fn verify_audit(
-    State(app): State<AppState>,
-    _admin: AdminCaller,
-) -> Result<Json<crate::audit::verify::Report>, ApiError> {
-    Ok(Json(crate::audit::verify::verify(&app.store).await?))
 }
 
 /// `GET /v1/admin/keys`

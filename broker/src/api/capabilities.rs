@@ -13,7 +13,7 @@
 
 use super::extract::{ApiJson, RequestId, RunCaller, RunOrAdmin};
 use crate::app::AppState;
-use crate::audit::AuditEvent;
+use crate::audit::{events, AuditEvent};
 use crate::capability::{CapabilityClaims, CAPABILITY_TYP};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
@@ -100,9 +100,14 @@ pub async fn request(
         requested_ttl,
         now_unix: now,
     });
-    let mut audit = AuditEvent::new("capability.issued", format!("run:{}", run.id), "allow");
+    let mut audit = AuditEvent::new(
+        events::CAPABILITY_ISSUED,
+        format!("run:{}", run.id),
+        "allow",
+    );
     audit.run_id = Some(run.id.clone());
     audit.user = Some(run.user.clone());
+    audit.task_id = Some(run.task_id.clone());
     audit.action = Some(req.action.clone());
     audit.resource = Some(req.resource.clone());
     audit.request_id = Some(rid);
@@ -113,7 +118,7 @@ pub async fn request(
                 tracing::warn!(?errors, "policy evaluation errors");
             }
             tracing::info!(user = %run.user, action = %req.action, resource = %req.resource, ?policies, "capability denied by policy");
-            audit.event = "capability.denied";
+            audit.event = events::CAPABILITY_DENIED;
             audit.decision = "deny";
             audit.reason = Some(
                 if policies.is_empty() {
@@ -134,7 +139,7 @@ pub async fn request(
         } => (policies, constraints),
     };
     if let Some(p) = &constraints.approval {
-        audit.event = "capability.denied";
+        audit.event = events::CAPABILITY_DENIED;
         audit.decision = "deny";
         audit.reason = Some("approval_required".into());
         audit.detail = Some(format!("policy={p}"));
@@ -313,7 +318,7 @@ pub async fn revoke(
         RunOrAdmin::Run(run) => (Revoker::Run(run.id.clone()), format!("run:{}", run.id)),
         RunOrAdmin::Admin => (Revoker::Admin, "admin".to_owned()),
     };
-    let mut audit = AuditEvent::new("capability.revoked", actor, "allow");
+    let mut audit = AuditEvent::new(events::CAPABILITY_REVOKED, actor, "allow");
     audit.capability_id = Some(id.clone());
     audit.request_id = Some(rid);
     let revoked = app

@@ -8,7 +8,7 @@
 
 use super::extract::{ApiJson, RequestId};
 use crate::app::AppState;
-use crate::audit::AuditEvent;
+use crate::audit::{events, AuditEvent};
 use crate::backends::Grant;
 use crate::capability::{self, CapabilityClaims, TokenError};
 use crate::clock::rfc3339;
@@ -108,10 +108,15 @@ pub async fn exchange(
             return Err(token_error(e));
         }
     };
-    let mut audit = AuditEvent::new("exchange.succeeded", format!("run:{}", claims.run), "allow");
+    let mut audit = AuditEvent::new(
+        events::EXCHANGE_SUCCEEDED,
+        format!("run:{}", claims.run),
+        "allow",
+    );
     audit.run_id = Some(claims.run.clone());
     audit.capability_id = Some(claims.jti.clone());
     audit.user = Some(claims.sub.clone());
+    audit.task_id = Some(claims.task.clone());
     audit.action = Some(claims.act.clone());
     audit.resource = Some(claims.res.clone());
     audit.request_id = Some(rid);
@@ -121,7 +126,7 @@ pub async fn exchange(
         .and_then(|(name, path)| Some((name, path, app.backends.get(name).cloned()?)));
     let Some((backend_name, path, backend)) = backend else {
         app.metrics.exchange("backend_gone");
-        audit.event = "exchange.refused";
+        audit.event = events::EXCHANGE_REFUSED;
         audit.decision = "deny";
         audit.reason = Some("unknown_backend".into());
         app.store.writer().submit(AppendAudit(audit)).await?;
@@ -179,7 +184,7 @@ pub async fn exchange(
         Err(e) => {
             tracing::error!(error = %e, backend = backend_name, "backend could not issue");
             app.metrics.exchange("backend_unavailable");
-            audit.event = "lease.failed";
+            audit.event = events::LEASE_FAILED;
             audit.decision = "error";
             audit.reason = Some("backend_unavailable".into());
             app.store

@@ -6,18 +6,23 @@
 //! | [`capabilities`] | `POST /v1/capabilities`, `POST /v1/capabilities/{id}/revoke` |
 //! | [`exchange`] | `POST /v1/exchange` |
 //! | [`introspect`] | `POST /v1/introspect` |
-//! | [`admin`] | `/v1/admin/runtimes`, `/v1/admin/keys…` |
+//! | [`admin`] | `/v1/admin/runtimes…`, `/v1/admin/keys…` |
+//! | [`audit`] | `/v1/admin/audit`, `/v1/admin/audit/verify` |
+//! | [`policy`] | `/v1/admin/policy/reload` |
+//! | [`runs`] (admin) | `GET /v1/admin/runs` |
 //! | [`health`] | `/healthz`, `/readyz`, `/metrics`, `/.well-known/jwks.json`, `/v1/openapi.json` |
 //!
 //! Bodies are capped at 64 KiB; every response passes [`middleware::request_context`].
 
 pub mod admin;
+pub mod audit;
 pub mod capabilities;
 pub mod exchange;
 pub mod extract;
 pub mod health;
 pub mod introspect;
 pub mod middleware;
+pub mod policy;
 pub mod runs;
 
 use crate::app::AppState;
@@ -40,6 +45,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/.well-known/jwks.json"),
     ("post", "/v1/admin/runtimes"),
     ("get", "/v1/admin/runtimes"),
+    ("post", "/v1/admin/runtimes/{name}/disable"),
+    ("get", "/v1/admin/runs"),
+    ("post", "/v1/admin/policy/reload"),
+    ("get", "/v1/admin/audit"),
     ("post", "/v1/admin/keys/rotate"),
     ("get", "/v1/admin/keys"),
     ("get", "/v1/admin/audit/verify"),
@@ -65,7 +74,14 @@ pub fn router(app: AppState) -> Router {
         )
         .route("/v1/admin/keys/rotate", post(admin::rotate_key))
         .route("/v1/admin/keys", get(admin::list_keys))
-        .route("/v1/admin/audit/verify", get(admin::verify_audit))
+        .route(
+            "/v1/admin/runtimes/{name}/disable",
+            post(admin::disable_runtime),
+        )
+        .route("/v1/admin/runs", get(runs::list))
+        .route("/v1/admin/policy/reload", post(policy::reload))
+        .route("/v1/admin/audit", get(audit::list))
+        .route("/v1/admin/audit/verify", get(audit::verify))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -5,9 +5,9 @@
 //! 403, so run ids cannot be probed). Ending revokes every capability and lease
 //! in the run in the same transaction that marks it ended.
 
-use super::extract::{ApiJson, RequestId, RuntimeCaller, RuntimeOrAdmin};
+use super::extract::{AdminCaller, ApiJson, ApiQuery, RequestId, RuntimeCaller, RuntimeOrAdmin};
 use crate::app::AppState;
-use crate::audit::AuditEvent;
+use crate::audit::{events, AuditEvent};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::grammar::parse_duration;
@@ -21,8 +21,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use secrecy::ExposeSecret;
 use tessera_client::types::{
-    CapabilitySummary, CreateRunRequest, CreateRunResponse, EndRunResponse, LeaseSummary, RunView,
-    Task,
+    CapabilitySummary, CreateRunRequest, CreateRunResponse, EndRunResponse, LeaseSummary, RunList,
+    RunSummary, RunView, Task,
 };
 
 const MAX_LABELS: usize = 32;
@@ -96,13 +96,14 @@ pub async fn create(
     let kinds = GlobList::parse(&rt.task_kinds);
     let in_scope = users.is_some_and(|g| g.matches(&req.user))
         && kinds.is_some_and(|g| g.matches(&req.task.kind));
-    let mut audit = AuditEvent::new("run.started", format!("runtime:{}", rt.name), "allow");
+    let mut audit = AuditEvent::new(events::RUN_STARTED, format!("runtime:{}", rt.name), "allow");
     audit.user = Some(req.user.clone());
     audit.request_id = Some(rid);
     if !in_scope {
-        audit.event = "run.denied";
+        audit.event = events::RUN_DENIED;
         audit.decision = "deny";
         audit.reason = Some("runtime_scope".into());
+        audit.task_id = Some(req.task.id.clone());
         audit.detail = Some(format!("task_kind={}", req.task.kind));
         app.store.writer().submit(AppendAudit(audit)).await?;
         return Err(ApiError::forbidden(
@@ -126,6 +127,7 @@ pub async fn create(
         ended_at: None,
     };
     audit.run_id = Some(record.id.clone());
+    audit.task_id = Some(record.task_id.clone());
     audit.detail = Some(format!("task={} kind={}", record.task_id, record.task_kind));
     let response = CreateRunResponse {
         run_id: record.id.clone(),
@@ -237,7 +239,7 @@ pub async fn end(
     if !is_id(&id) {
         return Err(ApiError::not_found("run"));
     }
-    let mut audit = AuditEvent::new("run.ended", caller.actor(), "allow");
+    let mut audit = AuditEvent::new(events::RUN_ENDED, caller.actor(), "allow");
     audit.run_id = Some(id.clone());
     audit.request_id = Some(rid);
     let counts = app
@@ -295,4 +297,81 @@ mod tests {
             "invalid_labels"
         );
     }
+}
+
+/// Query parameters of `GET /v1/admin/runs`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    runtime: Option<String>,
+    user: Option<String>,
+    /// `open` (not yet ended, the default), `ended` or `all`.
+    state: Option<String>,
+    after: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /v1/admin/runs`: runs by runtime, user and state, paged by run id.
+pub async fn list(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    ApiQuery(p): ApiQuery<ListParams>,
+) -> Result<Json<RunList>, ApiError> {
+    let bad = |m: &str| ApiError::bad_request("invalid_query", m.to_owned());
+    if p.runtime
+        .as_deref()
+        .is_some_and(|r| !super::admin::is_runtime_name(r))
+    {
+        return Err(bad("runtime must be a runtime name"));
+    }
+    if p.user.as_deref().is_some_and(|u| !names::is_user(u)) {
+        return Err(bad("user must be 1-128 of [A-Za-z0-9._@+-]"));
+    }
+    if p.after.as_deref().is_some_and(|a| !is_id(a)) {
+        return Err(bad("after must be a run id"));
+    }
+    let open = match p.state.as_deref() {
+        None | Some("open") => Some(true),
+        Some("ended") => Some(false),
+        Some("all") => None,
+        Some(_) => return Err(bad("state must be open, ended or all")),
+    };
+    let limit = p.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(bad("limit must be 1-1000"));
+    }
+    let records = runs::list(
+        &app.store,
+        &runs::RunFilter {
+            runtime_name: p.runtime,
+            user: p.user,
+            open,
+            after_id: p.after,
+            limit,
+        },
+    )
+    .await?;
+    let now = app.clock.now();
+    let next_cursor = (records.len() as i64 == limit)
+        .then(|| records.last().map(|r| r.id.clone()))
+        .flatten();
+    let runs = records
+        .into_iter()
+        .map(|r| RunSummary {
+            state: r.state(now).as_str().to_owned(),
+            run_id: r.id,
+            user: r.user,
+            task: Task {
+                id: r.task_id,
+                kind: r.task_kind,
+                attributes: r.task_attributes,
+            },
+            runtime: r.runtime_name,
+            labels: r.labels,
+            created_at: rfc3339(r.created_at),
+            expires_at: rfc3339(r.expires_at),
+            ended_at: r.ended_at.map(rfc3339),
+        })
+        .collect();
+    Ok(Json(RunList { runs, next_cursor }))
 }

@@ -8,6 +8,8 @@
 
 use serde::Serialize;
 
+pub mod events;
+pub mod query;
 pub mod verify;
 
 /// One security decision, before it gets its place (seq, time, hash) in the chain.
@@ -24,6 +26,10 @@ pub struct AuditEvent {
     pub resource: Option<String>,
     pub request_id: Option<String>,
     pub detail: Option<String>,
+    /// Added after the first release of the chain: omitted from the canonical form
+    /// when null, so rows written before it existed still verify.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
 }
 
 impl AuditEvent {
@@ -64,10 +70,11 @@ pub const GENESIS_HASH: &str = "000000000000000000000000000000000000000000000000
 #[cfg(test)]
 mod tests {
     use super::*;
+    use events::CAPABILITY_ISSUED;
 
     #[test]
     fn any_change_changes_the_hash() {
-        let ev = AuditEvent::new("capability.issued", "run:1", "allow");
+        let ev = AuditEvent::new(CAPABILITY_ISSUED, "run:1", "allow");
         let h = chain_hash(GENESIS_HASH, 1, 10, &ev);
         assert_ne!(h, chain_hash(GENESIS_HASH, 2, 10, &ev));
         assert_ne!(h, chain_hash(GENESIS_HASH, 1, 11, &ev));

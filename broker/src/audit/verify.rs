@@ -49,6 +49,8 @@ pub struct StoredEvent {
     resource: Option<String>,
     request_id: Option<String>,
     detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task_id: Option<String>,
 }
 
 fn event_of(row: &sqlx::any::AnyRow) -> Result<StoredEvent, StoreError> {
@@ -64,6 +66,7 @@ fn event_of(row: &sqlx::any::AnyRow) -> Result<StoredEvent, StoreError> {
         resource: col(row, "resource")?,
         request_id: col(row, "request_id")?,
         detail: col(row, "detail")?,
+        task_id: col(row, "task_id")?,
     })
 }
 
@@ -76,7 +79,7 @@ pub async fn verify(store: &Store) -> Result<Report, StoreError> {
     'pages: loop {
         let q = store.sql(
             "SELECT seq, at_ms, event, actor, decision, reason, run_id, capability_id, user_name, \
-             action, resource, request_id, detail, prev_hash, hash FROM audit \
+             action, resource, request_id, detail, task_id, prev_hash, hash FROM audit \
              WHERE seq >= $1 ORDER BY seq LIMIT $2",
         );
         let page = sqlx::query(&q)

@@ -1,6 +1,6 @@
 //! Admin commands: HTTP calls to a running broker with the admin token.
 
-use super::{AuditCommand, Command, KeysCommand, Remote, RunsCommand, RuntimesCommand};
+use super::{CapabilitiesCommand, Command, KeysCommand, Remote, RunsCommand, RuntimesCommand};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::process::ExitCode;
@@ -70,6 +70,78 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 "runtimes",
                 &["name", "id", "users", "task_kinds", "created_at"],
             );
+        }
+        Command::Runtimes(RuntimesCommand::Disable { name, remote }) => {
+            let v = call(
+                &remote,
+                reqwest::Method::POST,
+                &format!("/v1/admin/runtimes/{name}/disable"),
+                None,
+            )
+            .await?;
+            if remote.json {
+                println!("{v}");
+            } else {
+                let r = &v["revoked"];
+                println!(
+                    "runtime {name} {}; ended {} open runs, revoked {} capabilities and {} leases",
+                    if v["disabled"] == true {
+                        "disabled"
+                    } else {
+                        "was already disabled"
+                    },
+                    v["runs_ended"],
+                    r["capabilities"],
+                    r["leases"]
+                );
+            }
+        }
+        Command::Runs(RunsCommand::List {
+            runtime,
+            user,
+            state,
+            limit,
+            remote,
+        }) => {
+            let mut query = vec![("state", state), ("limit", limit.to_string())];
+            query.extend(runtime.map(|r| ("runtime", r)));
+            query.extend(user.map(|u| ("user", u)));
+            let v = call(
+                &remote,
+                reqwest::Method::GET,
+                &format!("/v1/admin/runs?{}", query_string(&query)),
+                None,
+            )
+            .await?;
+            print_table(
+                &remote,
+                &v,
+                "runs",
+                &[
+                    "run_id",
+                    "user",
+                    "runtime",
+                    "state",
+                    "created_at",
+                    "expires_at",
+                ],
+            );
+        }
+        Command::Capabilities(CapabilitiesCommand::Revoke { id, remote }) => {
+            let v = call(
+                &remote,
+                reqwest::Method::POST,
+                &format!("/v1/capabilities/{id}/revoke"),
+                None,
+            )
+            .await?;
+            if remote.json {
+                println!("{v}");
+            } else if v["revoked"] == true {
+                println!("capability {id} revoked");
+            } else {
+                println!("capability {id} was already revoked");
+            }
         }
         Command::Runs(RunsCommand::Show { id, remote }) => {
             let v = call(
@@ -150,37 +222,30 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 &["kid", "state", "created_at", "publish_until"],
             );
         }
-        Command::Audit(AuditCommand::Verify { remote }) => {
-            let v = call(
-                &remote,
-                reqwest::Method::GET,
-                "/v1/admin/audit/verify",
-                None,
-            )
-            .await?;
-            if remote.json {
-                println!("{v}");
-            } else if v["ok"] == true {
-                println!(
-                    "audit chain intact: {} rows, head at {}",
-                    v["rows"], v["head_seq"]
-                );
-            } else {
-                let p = &v["first_problem"];
-                println!(
-                    "audit chain BROKEN at row {}: {} ({})",
-                    p["seq"],
-                    p["kind"].as_str().unwrap_or(""),
-                    p["detail"].as_str().unwrap_or("")
-                );
-            }
-            if v["ok"] != true {
-                bail!("the audit log does not verify");
-            }
-        }
+        Command::Audit(cmd) => super::audit::run(cmd).await?,
         Command::Serve(_) | Command::Policy(_) => bail!("not an admin command"),
     }
     Ok(())
+}
+
+/// `k=v&…` with every value percent-encoded.
+pub(super) fn query_string(pairs: &[(&str, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
 }
 
 /// SHA-256 (hex) of the first certificate in a PEM file: the runtime's pin.
@@ -190,7 +255,7 @@ fn certificate_sha256(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(crate::ids::sha256_hex(leaf.as_ref()))
 }
 
-fn print_table(remote: &Remote, v: &Value, key: &str, columns: &[&str]) {
+pub(super) fn print_table(remote: &Remote, v: &Value, key: &str, columns: &[&str]) {
     if remote.json {
         println!("{v}");
         return;
@@ -249,7 +314,7 @@ fn client(remote: &Remote) -> anyhow::Result<reqwest::Client> {
     Ok(builder.use_preconfigured_tls(config).build()?)
 }
 
-async fn call(
+pub(super) async fn call(
     remote: &Remote,
     method: reqwest::Method,
     path: &str,

@@ -5,6 +5,7 @@
 //! `--token-file`), print a table for people and JSON with `--json`.
 
 mod admin;
+mod audit;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -29,13 +30,16 @@ pub enum Command {
     /// Manage runtimes (agent orchestrators).
     #[command(subcommand)]
     Runtimes(RuntimesCommand),
-    /// Inspect and end runs.
+    /// List, inspect and end runs.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// Revoke capabilities.
+    #[command(subcommand)]
+    Capabilities(CapabilitiesCommand),
     /// Manage signing keys.
     #[command(subcommand)]
     Keys(KeysCommand),
-    /// Verify the tamper-evident audit log (exit 1 when it was tampered with).
+    /// Read, export and verify the tamper-evident audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
     /// Check a policy directory against its schema (exit 1 on errors).
@@ -102,10 +106,33 @@ pub enum RuntimesCommand {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Disable a runtime: its key stops working and its open runs are ended.
+    Disable {
+        name: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
+    /// List runs (open ones by default).
+    List {
+        /// Only runs of this runtime (by name).
+        #[arg(long)]
+        runtime: Option<String>,
+        /// Only runs for this user.
+        #[arg(long)]
+        user: Option<String>,
+        /// open, ended or all.
+        #[arg(long, default_value = "open")]
+        state: String,
+        /// At most this many runs.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Show a run with its capabilities and leases.
     Show {
         id: String,
@@ -114,6 +141,16 @@ pub enum RunsCommand {
     },
     /// End a run and revoke everything it was given.
     End {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CapabilitiesCommand {
+    /// Revoke one capability and its leases.
+    Revoke {
         id: String,
         #[command(flatten)]
         remote: Remote,
@@ -138,6 +175,43 @@ pub enum KeysCommand {
 pub enum AuditCommand {
     /// Walk the hash chain and report the first edited, deleted or reordered row.
     Verify {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Print the most recent rows; with --follow, keep printing new ones.
+    Tail {
+        /// Only rows about this run.
+        #[arg(long)]
+        run: Option<String>,
+        /// Only rows for this user.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this event, or a family such as `capability.*`.
+        #[arg(long)]
+        event: Option<String>,
+        /// How many recent rows to print first.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: i64,
+        /// Keep polling for new rows (Ctrl-C to stop).
+        #[arg(long)]
+        follow: bool,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Export rows as JSON lines (one object per row, oldest first) for a SIEM.
+    Export {
+        /// From this time: RFC 3339 (2026-11-29T00:00:00Z) or an age (24h, 7d).
+        #[arg(long)]
+        since: String,
+        /// Until this time (exclusive), same forms as --since.
+        #[arg(long)]
+        until: Option<String>,
+        /// Only rows about this run.
+        #[arg(long)]
+        run: Option<String>,
+        /// Output format; only `jsonl`.
+        #[arg(long, default_value = "jsonl")]
+        format: String,
         #[command(flatten)]
         remote: Remote,
     },

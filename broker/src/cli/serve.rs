@@ -157,6 +157,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let clock = Clock::new();
     let app = App::build(config, kek, policy, admin, clock).await?;
     tokio::spawn(refresh_keys(app.clone()));
+    tokio::spawn(crate::expiry::run(
+        app.clone(),
+        app.config.expiry_sweep_interval,
+    ));
+    tokio::spawn(reload_on_sighup(app.clone()));
+    if let Some(every) = app.config.policy_watch_interval {
+        tokio::spawn(crate::policy_reload::watch(app.clone(), every));
+    }
 
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -188,6 +196,21 @@ async fn refresh_keys(app: crate::app::AppState) {
             Ok(set) => app.keys.replace(set),
             Err(e) => tracing::warn!(error = %e, "signing key refresh failed"),
         }
+    }
+}
+
+/// `kill -HUP`: reload the policy directory (see [`crate::policy_reload`]).
+async fn reload_on_sighup(app: crate::app::AppState) {
+    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; reload via the admin API");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        // Outcomes (including rejections) are logged and audited by reload().
+        let _ = crate::policy_reload::reload(&app, "signal", None).await;
     }
 }
 

@@ -3,7 +3,7 @@
 use super::kek::Kek;
 use super::ring_set::{KeySet, PublishedKey};
 use super::signing::SigningKey;
-use crate::audit::AuditEvent;
+use crate::audit::{events, AuditEvent};
 use crate::store::keys::{load_all, InsertKey, KeyRow};
 use crate::store::{Store, StoreError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -95,7 +95,7 @@ pub async fn load_or_create(store: &Store, kek: &Kek, now: i64) -> Result<KeySet
                 .submit(InsertKey {
                     row,
                     retire_until: None,
-                    audit: AuditEvent::new("key.created", "broker", "allow"),
+                    audit: AuditEvent::new(events::KEY_CREATED, "broker", "allow"),
                 })
                 .await?;
             load(store, kek, now).await
@@ -113,7 +113,7 @@ pub async fn rotate(
     mut audit: AuditEvent,
 ) -> Result<(KeySet, Vec<String>), KeyStoreError> {
     let row = new_row(kek, now);
-    audit.event = "key.rotated";
+    audit.event = events::KEY_ROTATED;
     let retired = store
         .writer()
         .submit(InsertKey {

@@ -13,7 +13,7 @@
 use super::runs::RunState;
 use super::writer::{BoxFuture, WriteCtx, WriteOp, ROWS_PER_INSERT};
 use super::{col, Dialect, Store, StoreError};
-use crate::audit::AuditEvent;
+use crate::audit::{events, AuditEvent};
 use sqlx::Row;
 use std::collections::{BTreeSet, HashMap};
 
@@ -158,7 +158,7 @@ pub(crate) async fn apply_issue_segment(
             .unwrap_or(RunState::Ended);
         if state != RunState::Active {
             let reason = format!("run_{}", state.as_str());
-            ctx.audit(&refused(&op.audit, "capability.denied", reason))
+            ctx.audit(&refused(&op.audit, events::CAPABILITY_DENIED, reason))
                 .await?;
             slot.outcome = Some(IssueOutcome::RunInactive(state));
             continue;
@@ -182,7 +182,7 @@ pub(crate) async fn apply_issue_segment(
         if let Some(retry_after_us) = retry_after_us {
             ctx.audit(&refused(
                 &op.audit,
-                "capability.rate_limited",
+                events::CAPABILITY_RATE_LIMITED,
                 "rate_limited".into(),
             ))
             .await?;
@@ -359,7 +359,7 @@ impl WriteOp for ConsumeUse {
             };
             let mut ev = self.audit.clone();
             if !matches!(outcome, ConsumeOutcome::Consumed { .. }) {
-                ev.event = "exchange.refused";
+                ev.event = events::EXCHANGE_REFUSED;
                 ev.decision = "deny";
                 ev.reason = Some(outcome.reason().to_owned());
             }

@@ -6,7 +6,7 @@
 
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, Store, StoreError};
-use crate::audit::AuditEvent;
+use crate::audit::{events, AuditEvent};
 use std::collections::BTreeMap;
 use tessera_client::types::RevokedCounts;
 
@@ -34,13 +34,14 @@ pub enum RunState {
 }
 
 impl RunState {
+    /// A run ended before its expiry was ended; one that reached its expiry
+    /// (whether or not the sweeper has recorded that yet) expired.
     pub fn of(ended_at: Option<i64>, expires_at: i64, now: i64) -> RunState {
-        if ended_at.is_some() {
-            RunState::Ended
-        } else if now >= expires_at {
-            RunState::Expired
-        } else {
-            RunState::Active
+        match ended_at {
+            Some(t) if t < expires_at => RunState::Ended,
+            Some(_) => RunState::Expired,
+            None if now >= expires_at => RunState::Expired,
+            None => RunState::Active,
         }
     }
 
@@ -115,7 +116,8 @@ impl WriteOp for EndRun {
     ) -> BoxFuture<'a, Result<Self::Output, sqlx::Error>> {
         Box::pin(async move {
             let now = ctx.now();
-            let q = ctx.sql("SELECT runtime_id, ended_at FROM runs WHERE id = $1");
+            let q =
+                ctx.sql("SELECT runtime_id, ended_at, user_name, task_id FROM runs WHERE id = $1");
             let row = sqlx::query(&q)
                 .bind(&self.run_id)
                 .fetch_optional(&mut *ctx.conn)
@@ -125,11 +127,13 @@ impl WriteOp for EndRun {
                 Some(row) => {
                     let owner: String = sqlx::Row::try_get(row, "runtime_id")?;
                     let ended_at: Option<i64> = sqlx::Row::try_get(row, "ended_at")?;
+                    let user: String = sqlx::Row::try_get(row, "user_name")?;
+                    let task: String = sqlx::Row::try_get(row, "task_id")?;
                     (self.runtime_id.is_none() || self.runtime_id.as_ref() == Some(&owner))
-                        .then_some(ended_at)
+                        .then_some((ended_at, user, task))
                 }
             };
-            let Some(ended_at) = visible else {
+            let Some((ended_at, user, task)) = visible else {
                 // Probing for (or at) another runtime's run leaves a trace.
                 let mut ev = self.audit.clone();
                 ev.decision = "deny";
@@ -146,26 +150,10 @@ impl WriteOp for EndRun {
                     .bind(&self.run_id)
                     .execute(&mut *ctx.conn)
                     .await?;
-                let q = ctx.sql(
-                    "UPDATE capabilities SET revoked_at = $1, revoke_reason = 'run_ended' \
-                     WHERE run_id = $2 AND revoked_at IS NULL",
-                );
-                counts.capabilities = sqlx::query(&q)
-                    .bind(now)
-                    .bind(&self.run_id)
-                    .execute(&mut *ctx.conn)
-                    .await?
-                    .rows_affected();
-                let q = ctx.sql(
-                    "UPDATE leases SET revoked_at = $1 WHERE run_id = $2 AND revoked_at IS NULL",
-                );
-                counts.leases = sqlx::query(&q)
-                    .bind(now)
-                    .bind(&self.run_id)
-                    .execute(&mut *ctx.conn)
-                    .await?
-                    .rows_affected();
+                counts = revoke_everything(ctx, &self.run_id, now, "run_ended").await?;
                 let mut ev = self.audit.clone();
+                ev.user = Some(user);
+                ev.task_id = Some(task);
                 ev.detail = Some(format!(
                     "capabilities={} leases={} pending={}",
                     counts.capabilities, counts.leases, counts.pending
@@ -175,6 +163,86 @@ impl WriteOp for EndRun {
             Ok(Some(counts))
         })
     }
+}
+
+/// Ends up to `limit` runs that are past their expiry but not yet ended: each is
+/// marked ended at its expiry, everything in it revoked, and one `run.expired`
+/// row audited. Returns how many runs it ended. Runs past their expiry were
+/// already refused everywhere; this makes their end durable, visible and
+/// audited, and revokes their leases downstream.
+pub struct ExpireRuns {
+    pub limit: i64,
+}
+
+impl WriteOp for ExpireRuns {
+    type Output = usize;
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<usize, sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            let q = ctx.sql(
+                "SELECT id, expires_at, user_name, task_id FROM runs \
+                 WHERE ended_at IS NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2",
+            );
+            let rows = sqlx::query(&q)
+                .bind(now)
+                .bind(self.limit)
+                .fetch_all(&mut *ctx.conn)
+                .await?;
+            for row in &rows {
+                let id: String = sqlx::Row::try_get(row, "id")?;
+                let expires_at: i64 = sqlx::Row::try_get(row, "expires_at")?;
+                let q = ctx.sql(
+                    "UPDATE runs SET ended_at = $1, end_reason = 'expired' WHERE id = $2 AND ended_at IS NULL",
+                );
+                sqlx::query(&q)
+                    .bind(expires_at)
+                    .bind(&id)
+                    .execute(&mut *ctx.conn)
+                    .await?;
+                let counts = revoke_everything(ctx, &id, now, "run_expired").await?;
+                let mut ev = AuditEvent::new(events::RUN_EXPIRED, "broker", "allow");
+                ev.reason = Some("expired".into());
+                ev.run_id = Some(id);
+                ev.user = Some(sqlx::Row::try_get(row, "user_name")?);
+                ev.task_id = Some(sqlx::Row::try_get(row, "task_id")?);
+                ev.detail = Some(format!(
+                    "capabilities={} leases={}",
+                    counts.capabilities, counts.leases
+                ));
+                ctx.audit(&ev).await?;
+            }
+            Ok(rows.len())
+        })
+    }
+}
+
+/// Revokes every capability and lease of a run; returns how many.
+pub(crate) async fn revoke_everything(
+    ctx: &mut WriteCtx<'_>,
+    run_id: &str,
+    now: i64,
+    reason: &'static str,
+) -> Result<RevokedCounts, sqlx::Error> {
+    let mut counts = RevokedCounts::default();
+    let q = ctx.sql(
+        "UPDATE capabilities SET revoked_at = $1, revoke_reason = $2 \
+         WHERE run_id = $3 AND revoked_at IS NULL",
+    );
+    counts.capabilities = sqlx::query(&q)
+        .bind(now)
+        .bind(reason)
+        .bind(run_id)
+        .execute(&mut *ctx.conn)
+        .await?
+        .rows_affected();
+    let q = ctx.sql("UPDATE leases SET revoked_at = $1 WHERE run_id = $2 AND revoked_at IS NULL");
+    counts.leases = sqlx::query(&q)
+        .bind(now)
+        .bind(run_id)
+        .execute(&mut *ctx.conn)
+        .await?
+        .rows_affected();
+    Ok(counts)
 }
 
 const RUN_COLUMNS: &str =
@@ -235,4 +303,47 @@ pub async fn ended_at(store: &Store, run_id: &str) -> Result<Option<Option<i64>>
         .fetch_optional(store.pool())
         .await?;
     row.as_ref().map(|r| col(r, "ended_at")).transpose()
+}
+
+/// Which runs `GET /v1/admin/runs` lists; paged by run id (ids are time-ordered).
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub runtime_name: Option<String>,
+    pub user: Option<String>,
+    /// `Some(true)`: only runs not yet ended (an expired run not yet swept counts
+    /// as open); `Some(false)`: only ended ones.
+    pub open: Option<bool>,
+    pub after_id: Option<String>,
+    pub limit: i64,
+}
+
+pub async fn list(store: &Store, f: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+    let mut q = format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1");
+    let mut binds: Vec<&str> = Vec::new();
+    let ph = |n: usize| match store.dialect() {
+        super::Dialect::Postgres => format!("${n}"),
+        super::Dialect::Sqlite => format!("?{n}"),
+    };
+    for (column, value) in [("runtime_name", &f.runtime_name), ("user_name", &f.user)] {
+        if let Some(v) = value {
+            binds.push(v);
+            q.push_str(&format!(" AND {column} = {}", ph(binds.len())));
+        }
+    }
+    if let Some(after) = &f.after_id {
+        binds.push(after);
+        q.push_str(&format!(" AND id > {}", ph(binds.len())));
+    }
+    match f.open {
+        Some(true) => q.push_str(" AND ended_at IS NULL"),
+        Some(false) => q.push_str(" AND ended_at IS NOT NULL"),
+        None => {}
+    }
+    q.push_str(&format!(" ORDER BY id LIMIT {}", f.limit.clamp(1, 1000)));
+    let mut query = sqlx::query(&q);
+    for b in binds {
+        query = query.bind(b);
+    }
+    let rows = query.fetch_all(store.pool()).await?;
+    rows.iter().map(from_row).collect()
 }

@@ -2,7 +2,8 @@
 
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, Store, StoreError};
-use crate::audit::AuditEvent;
+use crate::audit::{events, AuditEvent};
+use tessera_client::types::RevokedCounts;
 
 #[derive(Debug, Clone)]
 pub struct RuntimeRecord {
@@ -43,6 +44,101 @@ impl WriteOp for CreateRuntime {
                 .execute(&mut *ctx.conn)
                 .await?;
             ctx.audit(&self.audit).await
+        })
+    }
+}
+
+/// What disabling a runtime did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Disabled {
+    /// False when it was already disabled (nothing was changed then).
+    pub disabled: bool,
+    pub runs_ended: u64,
+    pub revoked: RevokedCounts,
+}
+
+/// Disables a runtime: its key stops working at once, and every run it started
+/// that has not ended is ended with everything in it revoked (one `run.ended` row
+/// each) — a runtime is disabled because it is no longer trusted, so nothing it
+/// obtained may outlive that. `None`: no such runtime.
+pub struct DisableRuntime {
+    pub name: String,
+    pub audit: AuditEvent,
+}
+
+impl WriteOp for DisableRuntime {
+    type Output = Option<Disabled>;
+    fn apply<'a>(
+        &'a self,
+        ctx: &'a mut WriteCtx<'_>,
+    ) -> BoxFuture<'a, Result<Option<Disabled>, sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            let q = ctx.sql("SELECT id, disabled_at FROM runtimes WHERE name = $1");
+            let row = sqlx::query(&q)
+                .bind(&self.name)
+                .fetch_optional(&mut *ctx.conn)
+                .await?;
+            let Some(row) = row else {
+                let mut ev = self.audit.clone();
+                ev.decision = "deny";
+                ev.reason = Some("not_found".into());
+                ctx.audit(&ev).await?;
+                return Ok(None);
+            };
+            let id: String = sqlx::Row::try_get(&row, "id")?;
+            let disabled_at: Option<i64> = sqlx::Row::try_get(&row, "disabled_at")?;
+            let mut out = Disabled::default();
+            if disabled_at.is_none() {
+                let q = ctx.sql("UPDATE runtimes SET disabled_at = $1 WHERE id = $2");
+                sqlx::query(&q)
+                    .bind(now)
+                    .bind(&id)
+                    .execute(&mut *ctx.conn)
+                    .await?;
+                out.disabled = true;
+            }
+            // Also on a repeat: a run started in a race with the first disable ends too.
+            let q = ctx.sql(
+                "SELECT id, user_name, task_id FROM runs WHERE runtime_id = $1 AND ended_at IS NULL",
+            );
+            let runs = sqlx::query(&q).bind(&id).fetch_all(&mut *ctx.conn).await?;
+            for run in &runs {
+                let run_id: String = sqlx::Row::try_get(run, "id")?;
+                let q = ctx.sql(
+                    "UPDATE runs SET ended_at = $1, end_reason = 'runtime_disabled' WHERE id = $2",
+                );
+                sqlx::query(&q)
+                    .bind(now)
+                    .bind(&run_id)
+                    .execute(&mut *ctx.conn)
+                    .await?;
+                let counts = super::runs::revoke_everything(ctx, &run_id, now, "run_ended").await?;
+                out.runs_ended += 1;
+                out.revoked.capabilities += counts.capabilities;
+                out.revoked.leases += counts.leases;
+                let mut ev = AuditEvent::new(events::RUN_ENDED, self.audit.actor.clone(), "allow");
+                ev.reason = Some("runtime_disabled".into());
+                ev.request_id = self.audit.request_id.clone();
+                ev.run_id = Some(run_id);
+                ev.user = Some(sqlx::Row::try_get(run, "user_name")?);
+                ev.task_id = Some(sqlx::Row::try_get(run, "task_id")?);
+                ev.detail = Some(format!(
+                    "capabilities={} leases={}",
+                    counts.capabilities, counts.leases
+                ));
+                ctx.audit(&ev).await?;
+            }
+            let mut ev = self.audit.clone();
+            if !out.disabled {
+                ev.reason = Some("already_disabled".into());
+            }
+            ev.detail = Some(format!(
+                "runtime={} runs_ended={} capabilities={} leases={}",
+                self.name, out.runs_ended, out.revoked.capabilities, out.revoked.leases
+            ));
+            ctx.audit(&ev).await?;
+            Ok(Some(out))
         })
     }
 }

@@ -118,8 +118,8 @@ impl WriteCtx<'_> {
         for chunk in rows.chunks(ROWS_PER_INSERT) {
             let q = format!(
                 "INSERT INTO audit (seq, at_ms, event, actor, decision, reason, run_id, capability_id, \
-                 user_name, action, resource, request_id, detail, prev_hash, hash) VALUES {}",
-                values_placeholders(self.dialect, chunk.len(), 15)
+                 user_name, action, resource, request_id, detail, task_id, prev_hash, hash) VALUES {}",
+                values_placeholders(self.dialect, chunk.len(), 16)
             );
             let mut query = sqlx::query(&q);
             for r in chunk {
@@ -138,6 +138,7 @@ impl WriteCtx<'_> {
                     .bind(&e.resource)
                     .bind(&e.request_id)
                     .bind(&e.detail)
+                    .bind(&e.task_id)
                     .bind(&r.prev_hash)
                     .bind(&r.hash);
             }

@@ -89,6 +89,18 @@ pub fn test_policy() -> PolicyEngine {
     .expect("test policy loads")
 }
 
+/// Writes the test policy set into `dir` (what a reload will read).
+pub fn write_policy_dir(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).expect("policy dir");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../policy/schema.cedarschema"),
+        dir.join("schema.cedarschema"),
+    )
+    .expect("schema");
+    std::fs::write(dir.join("test.cedar"), TEST_POLICY).expect("policy");
+    std::fs::write(dir.join("entities.json"), TEST_ENTITIES).expect("entities");
+}
+
 pub struct TestApp {
     pub addr: SocketAddr,
     pub state: AppState,
@@ -171,11 +183,13 @@ impl TestApp {
     async fn start(dir: TempDir, store_url: String, kek: String, admin: String) -> TestApp {
         let url = store_url.clone();
         let env = move |k: &str| (k == "TESSERA_STORE_URL").then(|| url.clone());
+        write_policy_dir(&dir.0.join("policy"));
         let config = Config::from_toml(
             TEST_CONFIG,
             &Overrides {
                 dev: true,
                 data_dir: Some(dir.0.clone()),
+                policy_dir: Some(dir.0.join("policy")),
                 ..Default::default()
             },
             &env,
@@ -207,6 +221,21 @@ impl TestApp {
             kek,
             _dir: dir,
         }
+    }
+
+    /// The policy directory this broker reloads from.
+    pub fn policy_dir(&self) -> PathBuf {
+        self._dir.0.join("policy")
+    }
+
+    /// Audit rows as `GET /v1/admin/audit?{query}` returns them.
+    pub async fn audit(&self, query: &str) -> Vec<Value> {
+        let resp = self
+            .get(&format!("/v1/admin/audit?{query}"), Some(&self.admin_token))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let v: Value = resp.json().await.expect("json");
+        v["events"].as_array().expect("events").clone()
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -4,11 +4,14 @@
 
 mod helpers;
 
+mod admin;
 mod audit;
+mod audit_log;
 mod capabilities;
 mod exchange;
 mod inputs;
 mod keys;
+mod policy_reload;
 mod replicas;
 mod runs;
 mod store;

@@ -1,0 +1,84 @@
+//! The catalogue of audit events: every `event` value a row can carry.
+//!
+//! Why a catalogue: a security team writes SIEM rules against these names, so they
+//! are part of the interface. Code uses the constants, `docs/audit.md` documents
+//! each one, and a test keeps the two in step.
+
+pub const RUN_STARTED: &str = "run.started";
+pub const RUN_DENIED: &str = "run.denied";
+pub const RUN_ENDED: &str = "run.ended";
+pub const RUN_EXPIRED: &str = "run.expired";
+pub const CAPABILITY_ISSUED: &str = "capability.issued";
+pub const CAPABILITY_DENIED: &str = "capability.denied";
+pub const CAPABILITY_RATE_LIMITED: &str = "capability.rate_limited";
+pub const CAPABILITY_REVOKED: &str = "capability.revoked";
+pub const EXCHANGE_SUCCEEDED: &str = "exchange.succeeded";
+pub const EXCHANGE_REFUSED: &str = "exchange.refused";
+pub const LEASE_FAILED: &str = "lease.failed";
+pub const POLICY_RELOADED: &str = "policy.reloaded";
+pub const POLICY_RELOAD_REJECTED: &str = "policy.reload_rejected";
+pub const KEY_CREATED: &str = "key.created";
+pub const KEY_ROTATED: &str = "key.rotated";
+pub const RUNTIME_CREATED: &str = "runtime.created";
+pub const RUNTIME_DISABLED: &str = "runtime.disabled";
+
+/// Every event, for documentation checks and filters.
+pub const ALL: &[&str] = &[
+    RUN_STARTED,
+    RUN_DENIED,
+    RUN_ENDED,
+    RUN_EXPIRED,
+    CAPABILITY_ISSUED,
+    CAPABILITY_DENIED,
+    CAPABILITY_RATE_LIMITED,
+    CAPABILITY_REVOKED,
+    EXCHANGE_SUCCEEDED,
+    EXCHANGE_REFUSED,
+    LEASE_FAILED,
+    POLICY_RELOADED,
+    POLICY_RELOAD_REJECTED,
+    KEY_CREATED,
+    KEY_ROTATED,
+    RUNTIME_CREATED,
+    RUNTIME_DISABLED,
+];
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_event_is_documented() {
+        let doc = include_str!("../../../docs/audit.md");
+        for ev in super::ALL {
+            assert!(
+                doc.contains(&format!("`{ev}`")),
+                "docs/audit.md lacks `{ev}`"
+            );
+        }
+    }
+
+    #[test]
+    fn code_uses_only_catalogued_events() {
+        // Any quoted `word.word` handed to an audit event in src/ must be in ALL.
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        let mut stack = vec![std::path::PathBuf::from(src)];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    && !path.ends_with("audit/events.rs")
+                {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for needle in ["AuditEvent::new(\"", ".event = \""] {
+                        assert!(
+                            !text.contains(needle),
+                            "{}: use the constants in audit::events",
+                            path.display()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

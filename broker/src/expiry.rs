@@ -1,0 +1,55 @@
+//! The expiry sweeper: ends runs that have passed their expiry.
+//!
+//! Why it exists although an expired run is already refused everywhere (every
+//! check compares `expires_at` with the clock): an expiry nobody records is
+//! invisible to the audit, and downstream credentials that outlive their run
+//! (database users, for instance) need an event that revokes them. The sweeper
+//! turns "past its expiry" into a durable end with a `run.expired` audit row and
+//! revokes everything the run held, exactly as ending it by hand would.
+
+use crate::app::App;
+use crate::store::runs::ExpireRuns;
+use crate::store::StoreError;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs ended per write transaction, so one sweep never holds the writer long.
+const BATCH: i64 = 500;
+
+/// Ends every run past its expiry; returns how many it ended.
+pub async fn sweep(app: &App) -> Result<usize, StoreError> {
+    let mut total = 0;
+    loop {
+        let ended = app
+            .store
+            .writer()
+            .submit(ExpireRuns { limit: BATCH })
+            .await?;
+        total += ended;
+        if (ended as i64) < BATCH {
+            return Ok(total);
+        }
+    }
+}
+
+/// Sweeps every `interval` until the process exits. A failed sweep (store down)
+/// is logged and retried on the next tick; nothing is lost, the runs stay past
+/// their expiry and are refused meanwhile.
+pub async fn run(app: Arc<App>, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match sweep(&app).await {
+            Ok(0) => {}
+            Ok(n) => {
+                app.metrics.background("expiry_sweep", "ended");
+                tracing::info!(runs = n, "expired runs ended");
+            }
+            Err(e) => {
+                app.metrics.background("expiry_sweep", "failed");
+                tracing::warn!(error = %e, "expiry sweep failed; will retry");
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Live policy reload: on SIGHUP, on `POST /v1/admin/policy/reload`, and when the
+//! files in the policy directory change.
+//!
+//! Why here and not in [`crate::policy`]: a reload is an operational event with an
+//! audit row and a fail-closed rule, not a policy-language concern. The rules:
+//! - a new set is loaded and validated completely before anything changes; a valid
+//!   set is swapped in whole ([`crate::app::App::replace_policy`]), so a request
+//!   sees either the old set or the new one, never a mix;
+//! - an invalid set is rejected with its errors and the old set stays in force;
+//! - every reload or rejection is audited *before* it takes effect: when the audit
+//!   row cannot be written (store down), nothing is swapped — an unattributable
+//!   policy change is worse than a delayed one;
+//! - reloads are serialised, so two triggers at once cannot interleave.
+
+use crate::app::App;
+use crate::audit::{events, AuditEvent};
+use crate::policy::{PolicyEngine, PolicyLoadError};
+use crate::store::writer::AppendAudit;
+use crate::store::StoreError;
+use std::path::Path;
+
+/// What a successful reload did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Reloaded {
+    pub policies: usize,
+    /// SHA-256 over the directory's policy files, as loaded.
+    pub sha256: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("{0}")]
+    Invalid(PolicyLoadError),
+    #[error("the reload could not be audited, so it was not applied: {0}")]
+    Store(StoreError),
+}
+
+/// Who asked: `admin`, `signal` or `watch`; becomes the audit row's actor.
+pub type Trigger = &'static str;
+
+/// Longest detail kept in an audit row for a rejected set (the full list is logged
+/// and returned to the admin who asked).
+const MAX_AUDIT_DETAIL: usize = 500;
+
+/// Reloads the policy directory named in the configuration.
+pub async fn reload(
+    app: &App,
+    trigger: Trigger,
+    request_id: Option<String>,
+) -> Result<Reloaded, ReloadError> {
+    let _one_at_a_time = app.policy_reload_lock.lock().await;
+    let dir = app.config.policy_dir.clone();
+    let loaded = tokio::task::spawn_blocking(move || {
+        let sha256 = fingerprint(&dir);
+        (PolicyEngine::load_dir(&dir), sha256)
+    })
+    .await;
+    let (result, sha256) = match loaded {
+        Ok(pair) => pair,
+        Err(join) => {
+            tracing::error!(error = %join, "policy load task failed");
+            return Err(ReloadError::Invalid(PolicyLoadError {
+                diagnostics: Vec::new(),
+            }));
+        }
+    };
+    let mut audit = AuditEvent::new(events::POLICY_RELOADED, trigger, "allow");
+    audit.request_id = request_id;
+    match result {
+        Ok(engine) => {
+            let policies = engine.policy_count();
+            audit.detail = Some(format!("policies={policies} sha256={sha256}"));
+            if let Err(e) = app.store.writer().submit(AppendAudit(audit)).await {
+                app.metrics.background("policy_reload", "unaudited");
+                return Err(ReloadError::Store(e));
+            }
+            app.replace_policy(engine);
+            app.metrics.background("policy_reload", "reloaded");
+            tracing::info!(trigger, policies, %sha256, "policy reloaded");
+            Ok(Reloaded { policies, sha256 })
+        }
+        Err(errors) => {
+            audit.event = events::POLICY_RELOAD_REJECTED;
+            audit.decision = "deny";
+            audit.reason = Some("invalid_policy".into());
+            let mut detail = format!(
+                "errors={} sha256={sha256} first={}",
+                errors.diagnostics.len(),
+                errors
+                    .diagnostics
+                    .first()
+                    .map(|d| d.to_string())
+                    .unwrap_or_default()
+            );
+            truncate(&mut detail, MAX_AUDIT_DETAIL);
+            audit.detail = Some(detail);
+            tracing::warn!(trigger, errors = %errors, "policy reload rejected; the previous policy stays in force");
+            app.metrics.background("policy_reload", "rejected");
+            if let Err(e) = app.store.writer().submit(AppendAudit(audit)).await {
+                return Err(ReloadError::Store(e));
+            }
+            Err(ReloadError::Invalid(errors))
+        }
+    }
+}
+
+fn truncate(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+}
+
+/// SHA-256 over the names and contents of the files a policy load reads
+/// (`schema.cedarschema`, `entities.json`, `*.cedar`), in name order. Unreadable
+/// files hash as their error, so a change to or from unreadable is noticed.
+pub fn fingerprint(dir: &Path) -> String {
+    let mut names: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n == "schema.cedarschema" || n == "entities.json" || n.ends_with(".cedar"))
+            .collect(),
+        Err(e) => return crate::ids::sha256_hex(format!("unreadable: {e}").as_bytes()),
+    };
+    names.sort();
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for name in names {
+        ctx.update(name.as_bytes());
+        ctx.update(b"\0");
+        match std::fs::read(dir.join(&name)) {
+            Ok(bytes) => {
+                ctx.update(&(bytes.len() as u64).to_be_bytes());
+                ctx.update(&bytes);
+            }
+            Err(e) => ctx.update(format!("unreadable: {e}").as_bytes()),
+        }
+    }
+    crate::ids::hex(ctx.finish().as_ref())
+}
+
+/// Reloads whenever the directory's fingerprint changes, every `interval`.
+/// A rejected set is not retried until the files change again; a reload that
+/// could not be audited is retried on the next tick.
+pub async fn watch(app: std::sync::Arc<App>, interval: std::time::Duration) {
+    let dir = app.config.policy_dir.clone();
+    let mut seen = {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || fingerprint(&dir))
+            .await
+            .ok()
+    };
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let dir = dir.clone();
+        let now = tokio::task::spawn_blocking(move || fingerprint(&dir))
+            .await
+            .ok();
+        if now.is_none() || now == seen {
+            continue;
+        }
+        match reload(&app, "watch", None).await {
+            Ok(_) | Err(ReloadError::Invalid(_)) => seen = now,
+            Err(ReloadError::Store(e)) => {
+                tracing::error!(error = %e, "policy change seen but not applied: store unavailable");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_follows_content_and_ignores_other_files() {
+        let dir = std::env::temp_dir().join(format!("tsr-fp-{}", crate::ids::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.cedar"), "permit(principal, action, resource);").unwrap();
+        let first = fingerprint(&dir);
+        assert_eq!(first, fingerprint(&dir));
+        std::fs::write(dir.join("notes.txt"), "ignored").unwrap();
+        assert_eq!(first, fingerprint(&dir));
+        std::fs::write(dir.join("a.cedar"), "forbid(principal, action, resource);").unwrap();
+        assert_ne!(first, fingerprint(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_ne!(first, fingerprint(&dir));
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        let mut s = "é".repeat(10);
+        truncate(&mut s, 5);
+        assert_eq!(s, "éé");
+    }
+}
