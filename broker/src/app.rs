@@ -33,6 +33,8 @@ pub struct App {
     pub runs: RunCache,
     /// Serialises policy reloads (see [`crate::policy_reload`]).
     pub policy_reload_lock: tokio::sync::Mutex<()>,
+    /// Wakes the revocation worker when the outbox gains rows.
+    pub revocation_wakeup: tokio::sync::Notify,
 }
 
 impl App {
@@ -73,6 +75,7 @@ impl App {
             clock,
             runs: RunCache::default(),
             policy_reload_lock: tokio::sync::Mutex::new(()),
+            revocation_wakeup: tokio::sync::Notify::new(),
         }))
     }
 

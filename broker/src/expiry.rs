@@ -16,7 +16,8 @@ use std::time::Duration;
 /// Runs ended per write transaction, so one sweep never holds the writer long.
 const BATCH: i64 = 500;
 
-/// Ends every run past its expiry; returns how many it ended.
+/// Ends every run past its expiry and revokes every live lease past its own
+/// (queuing their downstream removal); returns how many runs it ended.
 pub async fn sweep(app: &App) -> Result<usize, StoreError> {
     let mut total = 0;
     loop {
@@ -27,9 +28,14 @@ pub async fn sweep(app: &App) -> Result<usize, StoreError> {
             .await?;
         total += ended;
         if (ended as i64) < BATCH {
-            return Ok(total);
+            break;
         }
     }
+    crate::revocation::reap_expired_leases(app).await?;
+    if total > 0 {
+        app.revocation_wakeup.notify_one();
+    }
+    Ok(total)
 }
 
 /// Sweeps every `interval` until the process exits. A failed sweep (store down)

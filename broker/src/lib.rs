@@ -28,5 +28,6 @@ pub mod names;
 pub mod policy;
 pub mod policy_reload;
 pub mod resource;
+pub mod revocation;
 pub mod server;
 pub mod store;

@@ -7,6 +7,7 @@
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::fmt::Write;
@@ -20,6 +21,9 @@ pub struct Metrics {
     capabilities: Family<Labels, Counter>,
     exchanges: Family<Labels, Counter>,
     background: Family<Labels, Counter>,
+    revocations: Family<Labels, Counter>,
+    revocations_pending: Gauge,
+    revocations_stuck: Gauge,
     latency: Histogram,
 }
 
@@ -36,6 +40,9 @@ impl Metrics {
         let capabilities = Family::<Labels, Counter>::default();
         let exchanges = Family::<Labels, Counter>::default();
         let background = Family::<Labels, Counter>::default();
+        let revocations = Family::<Labels, Counter>::default();
+        let revocations_pending = Gauge::default();
+        let revocations_stuck = Gauge::default();
         let latency = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         registry.register("http_requests", "HTTP responses by status", http.clone());
         registry.register(
@@ -50,6 +57,21 @@ impl Metrics {
             background.clone(),
         );
         registry.register(
+            "revocations",
+            "Downstream revocation attempts by outcome",
+            revocations.clone(),
+        );
+        registry.register(
+            "revocations_pending",
+            "Downstream revocations not yet confirmed",
+            revocations_pending.clone(),
+        );
+        registry.register(
+            "revocations_stuck",
+            "Downstream revocations that failed 3 or more times",
+            revocations_stuck.clone(),
+        );
+        registry.register(
             "http_request_duration_seconds",
             "HTTP request latency",
             latency.clone(),
@@ -60,6 +82,9 @@ impl Metrics {
             capabilities,
             exchanges,
             background,
+            revocations,
+            revocations_pending,
+            revocations_stuck,
             latency,
         }
     }
@@ -91,6 +116,18 @@ impl Metrics {
                 ("outcome", outcome.to_owned()),
             ])
             .inc();
+    }
+
+    /// One downstream revocation attempt: `revoked` or `failed`.
+    pub fn revocation(&self, outcome: &'static str) {
+        self.revocations
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc();
+    }
+
+    pub fn revocations_outstanding(&self, pending: i64, stuck: i64) {
+        self.revocations_pending.set(pending);
+        self.revocations_stuck.set(stuck);
     }
 
     /// The text exposition, with the writer's counters appended.

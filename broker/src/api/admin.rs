@@ -165,6 +165,7 @@ pub async fn disable_runtime(
         })
         .await?
         .ok_or_else(|| ApiError::not_found("runtime"))?;
+    app.revocation_wakeup.notify_one();
     Ok(Json(DisableRuntimeResponse {
         name,
         disabled: done.disabled,

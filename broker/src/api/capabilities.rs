@@ -331,6 +331,7 @@ pub async fn revoke(
         })
         .await?
         .ok_or_else(|| ApiError::not_found("capability"))?;
+    app.revocation_wakeup.notify_one();
     Ok(Json(RevokeCapabilityResponse {
         capability_id: id,
         revoked,

@@ -147,7 +147,9 @@ pub async fn exchange(
         backend: backend_name.to_owned(),
         kind: backend.kind().to_owned(),
         expires_at: claims.exp,
+        downstream_ref: backend.downstream_ref(&claims, &lease_id),
     };
+    let downstream_ref = lease.downstream_ref.clone();
     let outcome = app
         .store
         .writer()
@@ -168,6 +170,7 @@ pub async fn exchange(
         claims: &claims,
         lease_id: &lease_id,
         path,
+        downstream_ref: downstream_ref.as_deref(),
         now,
     };
     match backend.issue(grant).await {
@@ -191,6 +194,7 @@ pub async fn exchange(
                 .writer()
                 .submit(FailLease { lease_id, audit })
                 .await?;
+            app.revocation_wakeup.notify_one();
             Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "backend_unavailable",

@@ -253,6 +253,7 @@ pub async fn end(
         })
         .await?
         .ok_or_else(|| ApiError::not_found("run"))?;
+    app.revocation_wakeup.notify_one();
     Ok(Json(EndRunResponse {
         run_id: id,
         revoked: counts,

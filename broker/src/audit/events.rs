@@ -15,6 +15,8 @@ pub const CAPABILITY_REVOKED: &str = "capability.revoked";
 pub const EXCHANGE_SUCCEEDED: &str = "exchange.succeeded";
 pub const EXCHANGE_REFUSED: &str = "exchange.refused";
 pub const LEASE_FAILED: &str = "lease.failed";
+pub const LEASE_REVOKED: &str = "lease.revoked";
+pub const LEASE_REVOCATION_FAILED: &str = "lease.revocation_failed";
 pub const POLICY_RELOADED: &str = "policy.reloaded";
 pub const POLICY_RELOAD_REJECTED: &str = "policy.reload_rejected";
 pub const KEY_CREATED: &str = "key.created";
@@ -35,6 +37,8 @@ pub const ALL: &[&str] = &[
     EXCHANGE_SUCCEEDED,
     EXCHANGE_REFUSED,
     LEASE_FAILED,
+    LEASE_REVOKED,
+    LEASE_REVOCATION_FAILED,
     POLICY_RELOADED,
     POLICY_RELOAD_REJECTED,
     KEY_CREATED,

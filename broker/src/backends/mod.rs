@@ -4,9 +4,12 @@
 //! capability, reserves one use and records the lease in one transaction, and only
 //! then asks the backend to [`Backend::issue`] the credential: nothing is minted for
 //! a capability the store refuses. A backend failure marks the lease failed.
-//! [`Backend::revoke`] revokes a live lease downstream (run end, capability revoke,
-//! expiry); the database and AWS kinds, which hold real downstream state, plug in
-//! here with a durable revocation outbox.
+//!
+//! Backends that create state downstream (a database user, …) name it *before*
+//! the lease is recorded ([`Backend::downstream_ref`]), so the name is durable
+//! before anything exists downstream: whatever happens next (crash, failure,
+//! expiry, run end), the revocation outbox (`store::revocations`) knows what to
+//! remove and retries [`Backend::revoke`] until it is gone.
 
 pub mod token;
 
@@ -28,6 +31,8 @@ pub struct Grant<'a> {
     pub lease_id: &'a str,
     /// The path part of the resource.
     pub path: &'a str,
+    /// What [`Backend::downstream_ref`] chose, already recorded with the lease.
+    pub downstream_ref: Option<&'a str>,
     pub now: i64,
 }
 
@@ -39,6 +44,20 @@ pub struct Issued {
 
 pub trait Backend: Send + Sync {
     fn kind(&self) -> &'static str;
+
+    /// The name of the downstream object an exchange will create (e.g. a database
+    /// user), chosen before the lease is recorded; `None` for backends that leave
+    /// nothing downstream to revoke. Never a secret: it is stored and audited.
+    fn downstream_ref(&self, _claims: &CapabilityClaims, _lease_id: &str) -> Option<String> {
+        None
+    }
+
+    /// Mints the credential for one exchange.
     fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>>;
-    fn revoke<'a>(&'a self, lease_id: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Removes the downstream objects named by `refs` (as returned by
+    /// [`Backend::downstream_ref`]): cuts their sessions and deletes them. Must be
+    /// idempotent — an object that is already gone, or was never fully created, is
+    /// success — because the outbox retries until it succeeds.
+    fn revoke<'a>(&'a self, refs: &'a [String]) -> BoxFuture<'a, Result<(), BackendError>>;
 }

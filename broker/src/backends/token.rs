@@ -89,7 +89,7 @@ impl Backend for TokenBackend {
         })
     }
 
-    fn revoke<'a>(&'a self, _lease_id: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
+    fn revoke<'a>(&'a self, _refs: &'a [String]) -> BoxFuture<'a, Result<(), BackendError>> {
         // Stateless: a token that never left the broker needs no downstream call;
         // one that did is revoked by its lease row, which introspection reads.
         Box::pin(async { Ok(()) })

@@ -162,6 +162,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         app.config.expiry_sweep_interval,
     ));
     tokio::spawn(reload_on_sighup(app.clone()));
+    tokio::spawn(crate::revocation::run(app.clone()));
     if let Some(every) = app.config.policy_watch_interval {
         tokio::spawn(crate::policy_reload::watch(app.clone(), every));
     }

@@ -249,6 +249,8 @@ pub struct LeaseRecord {
     pub backend: String,
     pub kind: String,
     pub expires_at: i64,
+    /// What the backend will create downstream (see `Backend::downstream_ref`).
+    pub downstream_ref: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -337,8 +339,8 @@ impl WriteOp for ConsumeUse {
                         Some(row) => {
                             let left: i64 = row.try_get("uses_left")?;
                             let q = ctx.sql(
-                                "INSERT INTO leases (id, capability_id, run_id, backend, kind, created_at, expires_at) \
-                                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                                "INSERT INTO leases (id, capability_id, run_id, backend, kind, created_at, expires_at, downstream_ref) \
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                             );
                             sqlx::query(&q)
                                 .bind(&l.id)
@@ -348,6 +350,7 @@ impl WriteOp for ConsumeUse {
                                 .bind(&l.kind)
                                 .bind(now)
                                 .bind(l.expires_at)
+                                .bind(&l.downstream_ref)
                                 .execute(&mut *ctx.conn)
                                 .await?;
                             ConsumeOutcome::Consumed {
@@ -429,6 +432,12 @@ impl WriteOp for RevokeCapability {
                 .bind(&self.capability_id)
                 .execute(&mut *ctx.conn)
                 .await?;
+            super::revocations::enqueue(
+                ctx,
+                super::revocations::Scope::Capability(&self.capability_id),
+                "capability_revoked",
+            )
+            .await?;
             let q = ctx.sql(
                 "UPDATE leases SET revoked_at = $1 WHERE capability_id = $2 AND revoked_at IS NULL",
             );
@@ -478,6 +487,13 @@ impl WriteOp for FailLease {
     type Output = ();
     fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
+            // Whatever the backend managed to create before failing is removed too.
+            super::revocations::enqueue(
+                ctx,
+                super::revocations::Scope::Lease(&self.lease_id),
+                "issue_failed",
+            )
+            .await?;
             let q =
                 ctx.sql("UPDATE leases SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL");
             sqlx::query(&q)

@@ -11,6 +11,7 @@
 
 pub mod capabilities;
 pub mod keys;
+pub mod revocations;
 pub mod runs;
 pub mod runtimes;
 pub mod writer;

@@ -235,6 +235,8 @@ pub(crate) async fn revoke_everything(
         .execute(&mut *ctx.conn)
         .await?
         .rows_affected();
+    counts.pending =
+        super::revocations::enqueue(ctx, super::revocations::Scope::Run(run_id), reason).await?;
     let q = ctx.sql("UPDATE leases SET revoked_at = $1 WHERE run_id = $2 AND revoked_at IS NULL");
     counts.leases = sqlx::query(&q)
         .bind(now)

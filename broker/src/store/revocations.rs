@@ -1,0 +1,278 @@
+//! The revocation outbox: downstream objects (database users, …) that must be
+//! removed, and the state of each removal.
+//!
+//! Why an outbox: revoking a lease in the broker's store is one transaction, but
+//! removing its database user is a call to another system that can be down or
+//! slow. So the store transaction that revokes a lease (run end, capability
+//! revoke, expiry, failed issue) also writes a `revocations` row, and a worker
+//! (`crate::revocation`) drives each row to completion — retried with backoff,
+//! surviving restarts, visible when stuck. Claims go through the writer like every
+//! write, so replicas sharing PostgreSQL never work on the same row at once (each
+//! claim pushes the row's next attempt past the claim timeout).
+
+use super::writer::{BoxFuture, WriteCtx, WriteOp};
+use super::{col, Store, StoreError};
+use crate::audit::{events, AuditEvent};
+use sqlx::Row;
+
+/// Which live leases a revocation covers.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    Run(&'a str),
+    Capability(&'a str),
+    Lease(&'a str),
+    /// Live leases past their expiry at `now` (the reaper).
+    ExpiredBy(i64),
+}
+
+/// Queues the downstream removal of the live leases in `scope` that have
+/// something downstream. Call it in the transaction that revokes them, *before*
+/// marking them revoked (it selects the leases that are still live).
+pub async fn enqueue(
+    ctx: &mut WriteCtx<'_>,
+    scope: Scope<'_>,
+    reason: &'static str,
+) -> Result<u64, sqlx::Error> {
+    let now = ctx.now();
+    macro_rules! insert_where {
+        ($cond:literal) => {
+            concat!(
+                "INSERT INTO revocations (lease_id, backend, downstream_ref, run_id, reason, \
+                 created_at, attempts, next_attempt_at) \
+                 SELECT id, backend, downstream_ref, run_id, $1, $2, 0, $2 FROM leases \
+                 WHERE revoked_at IS NULL AND downstream_ref IS NOT NULL AND ",
+                $cond,
+                " ON CONFLICT (lease_id) DO NOTHING"
+            )
+        };
+    }
+    let q = ctx.sql(match scope {
+        Scope::Run(_) => insert_where!("run_id = $3"),
+        Scope::Capability(_) => insert_where!("capability_id = $3"),
+        Scope::Lease(_) => insert_where!("id = $3"),
+        Scope::ExpiredBy(_) => insert_where!("expires_at <= $3"),
+    });
+    let query = sqlx::query(&q).bind(reason).bind(now);
+    let query = match scope {
+        Scope::Run(id) | Scope::Capability(id) | Scope::Lease(id) => query.bind(id.to_owned()),
+        Scope::ExpiredBy(at) => query.bind(at),
+    };
+    Ok(query.execute(&mut *ctx.conn).await?.rows_affected())
+}
+
+/// One claimed removal.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub lease_id: String,
+    pub backend: String,
+    pub downstream_ref: String,
+    pub run_id: String,
+    pub reason: String,
+    /// Attempts including this one.
+    pub attempts: i64,
+}
+
+/// Claims up to `limit` due jobs: each is pushed `claim_secs` into the future, so
+/// no other worker (or replica) takes it meanwhile; a worker that dies mid-way
+/// simply lets the claim lapse and the job comes due again.
+pub struct ClaimRevocations {
+    pub limit: i64,
+    pub claim_secs: i64,
+}
+
+impl WriteOp for ClaimRevocations {
+    type Output = Vec<Job>;
+    fn apply<'a>(
+        &'a self,
+        ctx: &'a mut WriteCtx<'_>,
+    ) -> BoxFuture<'a, Result<Vec<Job>, sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            let q = ctx.sql(
+                "UPDATE revocations SET attempts = attempts + 1, next_attempt_at = $1 \
+                 WHERE lease_id IN (SELECT lease_id FROM revocations \
+                   WHERE done_at IS NULL AND next_attempt_at <= $2 ORDER BY next_attempt_at LIMIT $3) \
+                 RETURNING lease_id, backend, downstream_ref, run_id, reason, attempts",
+            );
+            let rows = sqlx::query(&q)
+                .bind(now + self.claim_secs)
+                .bind(now)
+                .bind(self.limit)
+                .fetch_all(&mut *ctx.conn)
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(Job {
+                        lease_id: r.try_get("lease_id")?,
+                        backend: r.try_get("backend")?,
+                        downstream_ref: r.try_get("downstream_ref")?,
+                        run_id: r.try_get("run_id")?,
+                        reason: r.try_get("reason")?,
+                        attempts: r.try_get::<i64, _>("attempts")?,
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+/// The outcome of one claimed job.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Done,
+    /// Retry at `retry_at` (unix seconds); `error` is kept and audited (never a secret).
+    Failed {
+        error: String,
+        retry_at: i64,
+    },
+}
+
+/// Records outcomes: done jobs are closed with a `lease.revoked` row, failed
+/// ones rescheduled with a `lease.revocation_failed` row each.
+pub struct FinishRevocations {
+    pub results: Vec<(Job, Outcome)>,
+}
+
+impl WriteOp for FinishRevocations {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            for (job, outcome) in &self.results {
+                let mut ev = AuditEvent::new(events::LEASE_REVOKED, "broker", "allow");
+                ev.run_id = Some(job.run_id.clone());
+                ev.reason = Some(job.reason.clone());
+                match outcome {
+                    Outcome::Done => {
+                        let q = ctx.sql(
+                            "UPDATE revocations SET done_at = $1, last_error = NULL WHERE lease_id = $2 AND done_at IS NULL",
+                        );
+                        sqlx::query(&q)
+                            .bind(now)
+                            .bind(&job.lease_id)
+                            .execute(&mut *ctx.conn)
+                            .await?;
+                        ev.detail = Some(format!(
+                            "lease={} backend={} ref={} attempts={}",
+                            job.lease_id, job.backend, job.downstream_ref, job.attempts
+                        ));
+                    }
+                    Outcome::Failed { error, retry_at } => {
+                        let q = ctx.sql(
+                            "UPDATE revocations SET next_attempt_at = $1, last_error = $2 WHERE lease_id = $3 AND done_at IS NULL",
+                        );
+                        sqlx::query(&q)
+                            .bind(*retry_at)
+                            .bind(error)
+                            .bind(&job.lease_id)
+                            .execute(&mut *ctx.conn)
+                            .await?;
+                        ev.event = events::LEASE_REVOCATION_FAILED;
+                        ev.decision = "error";
+                        ev.detail = Some(format!(
+                            "lease={} backend={} ref={} attempts={} retry_in={}s error={}",
+                            job.lease_id,
+                            job.backend,
+                            job.downstream_ref,
+                            job.attempts,
+                            retry_at - now,
+                            error
+                        ));
+                    }
+                }
+                ctx.audit(&ev).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The reaper: revokes live leases past their expiry and queues their removal.
+/// Returns how many leases it revoked.
+pub struct ExpireLeases;
+
+impl WriteOp for ExpireLeases {
+    type Output = u64;
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<u64, sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            let queued = enqueue(ctx, Scope::ExpiredBy(now), "lease_expired").await?;
+            if queued == 0 {
+                return Ok(0);
+            }
+            let q = ctx.sql(
+                "UPDATE leases SET revoked_at = $1 \
+                 WHERE revoked_at IS NULL AND downstream_ref IS NOT NULL AND expires_at <= $1",
+            );
+            sqlx::query(&q).bind(now).execute(&mut *ctx.conn).await?;
+            Ok(queued)
+        })
+    }
+}
+
+/// A revocation as administrators see it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RevocationRow {
+    pub lease_id: String,
+    pub backend: String,
+    pub downstream_ref: String,
+    pub run_id: String,
+    pub reason: String,
+    pub created_at: i64,
+    pub attempts: i64,
+    pub next_attempt_at: i64,
+    pub last_error: Option<String>,
+    pub done_at: Option<i64>,
+}
+
+/// Attempts after which a pending revocation counts as stuck.
+pub const STUCK_AFTER_ATTEMPTS: i64 = 3;
+
+/// Pending revocations (oldest first); with `stuck`, only those that failed at
+/// least [`STUCK_AFTER_ATTEMPTS`] times.
+pub async fn pending(
+    store: &Store,
+    stuck: bool,
+    limit: i64,
+) -> Result<Vec<RevocationRow>, StoreError> {
+    let q = store.sql(
+        "SELECT lease_id, backend, downstream_ref, run_id, reason, created_at, attempts, next_attempt_at, \
+         last_error, done_at FROM revocations WHERE done_at IS NULL AND attempts >= $1 \
+         ORDER BY created_at, lease_id LIMIT $2",
+    );
+    let rows = sqlx::query(&q)
+        .bind(if stuck { STUCK_AFTER_ATTEMPTS } else { 0 })
+        .bind(limit)
+        .fetch_all(store.pool())
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(RevocationRow {
+                lease_id: col(r, "lease_id")?,
+                backend: col(r, "backend")?,
+                downstream_ref: col(r, "downstream_ref")?,
+                run_id: col(r, "run_id")?,
+                reason: col(r, "reason")?,
+                created_at: col(r, "created_at")?,
+                attempts: col(r, "attempts")?,
+                next_attempt_at: col(r, "next_attempt_at")?,
+                last_error: col(r, "last_error")?,
+                done_at: col(r, "done_at")?,
+            })
+        })
+        .collect()
+}
+
+/// (pending, stuck) counts, for metrics.
+pub async fn counts(store: &Store) -> Result<(i64, i64), StoreError> {
+    let q = store.sql(
+        "SELECT COUNT(*) AS pending, \
+         COALESCE(SUM(CASE WHEN attempts >= $1 THEN 1 ELSE 0 END), 0) AS stuck \
+         FROM revocations WHERE done_at IS NULL",
+    );
+    let row = sqlx::query(&q)
+        .bind(STUCK_AFTER_ATTEMPTS)
+        .fetch_one(store.pool())
+        .await?;
+    Ok((col(&row, "pending")?, col(&row, "stuck")?))
+}
