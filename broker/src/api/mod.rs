@@ -6,7 +6,7 @@
 //! | [`capabilities`] | `POST /v1/capabilities`, `POST /v1/capabilities/{id}/revoke` |
 //! | [`exchange`] | `POST /v1/exchange` |
 //! | [`introspect`] | `POST /v1/introspect` |
-//! | [`admin`] | `/v1/admin/runtimes…`, `/v1/admin/keys…` |
+//! | [`admin`] | `/v1/admin/runtimes…`, `/v1/admin/keys…`, `/v1/admin/leases` |
 //! | [`audit`] | `/v1/admin/audit`, `/v1/admin/audit/verify` |
 //! | [`policy`] | `/v1/admin/policy/reload` |
 //! | [`runs`] (admin) | `GET /v1/admin/runs` |
@@ -47,6 +47,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/admin/runtimes"),
     ("post", "/v1/admin/runtimes/{name}/disable"),
     ("get", "/v1/admin/runs"),
+    ("get", "/v1/admin/leases"),
     ("post", "/v1/admin/policy/reload"),
     ("get", "/v1/admin/audit"),
     ("post", "/v1/admin/keys/rotate"),
@@ -79,6 +80,7 @@ pub fn router(app: AppState) -> Router {
             post(admin::disable_runtime),
         )
         .route("/v1/admin/runs", get(runs::list))
+        .route("/v1/admin/leases", get(admin::pending_revocations))
         .route("/v1/admin/policy/reload", post(policy::reload))
         .route("/v1/admin/audit", get(audit::list))
         .route("/v1/admin/audit/verify", get(audit::verify))

@@ -1,6 +1,8 @@
 //! Admin commands: HTTP calls to a running broker with the admin token.
 
-use super::{CapabilitiesCommand, Command, KeysCommand, Remote, RunsCommand, RuntimesCommand};
+use super::{
+    CapabilitiesCommand, Command, KeysCommand, LeasesCommand, Remote, RunsCommand, RuntimesCommand,
+};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::process::ExitCode;
@@ -142,6 +144,28 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             } else {
                 println!("capability {id} was already revoked");
             }
+        }
+        Command::Leases(LeasesCommand::List { stuck, remote }) => {
+            let path = if stuck {
+                "/v1/admin/leases?stuck=true"
+            } else {
+                "/v1/admin/leases"
+            };
+            let v = call(&remote, reqwest::Method::GET, path, None).await?;
+            print_table(
+                &remote,
+                &v,
+                "revocations",
+                &[
+                    "lease_id",
+                    "backend",
+                    "downstream_ref",
+                    "reason",
+                    "attempts",
+                    "next_attempt_at",
+                    "last_error",
+                ],
+            );
         }
         Command::Runs(RunsCommand::Show { id, remote }) => {
             let v = call(

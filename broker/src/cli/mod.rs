@@ -36,6 +36,9 @@ pub enum Command {
     /// Revoke capabilities.
     #[command(subcommand)]
     Capabilities(CapabilitiesCommand),
+    /// Downstream credentials whose removal is pending.
+    #[command(subcommand)]
+    Leases(LeasesCommand),
     /// Manage signing keys.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -152,6 +155,18 @@ pub enum CapabilitiesCommand {
     /// Revoke one capability and its leases.
     Revoke {
         id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LeasesCommand {
+    /// List downstream revocations not yet confirmed (oldest first).
+    List {
+        /// Only those that failed 3 or more times.
+        #[arg(long)]
+        stuck: bool,
         #[command(flatten)]
         remote: Remote,
     },

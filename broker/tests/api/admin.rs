@@ -11,6 +11,7 @@ both_stores!(
     disabling_a_runtime_ends_its_runs_and_its_key,
     runs_are_listed_by_runtime_user_and_state,
     the_sweeper_ends_expired_runs_once,
+    pending_revocations_are_listed_for_the_admin_only,
 );
 
 async fn disabling_a_runtime_ends_its_runs_and_its_key(app: TestApp) {
@@ -258,4 +259,41 @@ async fn the_sweeper_ends_expired_runs_once(app: TestApp) {
         .get(&format!("/v1/runs/{long_run}"), Some(&app.admin_token))
         .await;
     assert_eq!(resp.json::<Value>().await.unwrap()["state"], "active");
+}
+
+async fn pending_revocations_are_listed_for_the_admin_only(app: TestApp) {
+    // The token backend leaves nothing downstream: its leases never queue a removal.
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
+    assert_eq!(
+        app.exchange(cap["token"].as_str().unwrap()).await.status(),
+        StatusCode::OK
+    );
+    let resp = app
+        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["revoked"]["leases"], 1);
+    assert_eq!(v["revoked"]["pending"], 0);
+    assert_eq!(app.count("revocations").await, 0);
+    for q in ["", "?stuck=true", "?limit=5"] {
+        let resp = app
+            .get(&format!("/v1/admin/leases{q}"), Some(&app.admin_token))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(
+            resp.json::<Value>().await.unwrap(),
+            json!({ "revocations": [] })
+        );
+    }
+    for q in ["?limit=0", "?stuck=maybe", "?run=x"] {
+        let resp = app
+            .get(&format!("/v1/admin/leases{q}"), Some(&app.admin_token))
+            .await;
+        assert_error(resp, StatusCode::BAD_REQUEST, "invalid_query").await;
+    }
+    let resp = app.get("/v1/admin/leases", Some(&key)).await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "unauthenticated").await;
 }
