@@ -15,8 +15,11 @@
 mod annotations;
 mod assemble;
 mod context;
+pub mod effective;
+pub mod explain;
 mod lint;
 mod load;
+pub mod simulate;
 mod source;
 
 use std::collections::{BTreeMap, HashMap};
