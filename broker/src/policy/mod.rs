@@ -14,6 +14,7 @@
 
 mod annotations;
 mod assemble;
+pub mod cases;
 mod context;
 pub mod effective;
 pub mod explain;
@@ -166,6 +167,13 @@ impl PolicyEngine {
     /// True when `action` is declared in the schema as a `Tessera::Action`.
     pub fn is_known_action(&self, action: &str) -> bool {
         self.actions.contains_key(action)
+    }
+
+    /// True when a policy (permit or forbid) has this id.
+    pub fn has_policy(&self, id: &str) -> bool {
+        self.policies
+            .policy(&cedar_policy::PolicyId::new(id))
+            .is_some()
     }
 
     /// Number of policies in force.
