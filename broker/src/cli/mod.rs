@@ -5,6 +5,7 @@
 //! `--token-file`), print a table for people and JSON with `--json`.
 
 mod admin;
+mod policy;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -38,9 +39,9 @@ pub enum Command {
     /// Verify the tamper-evident audit log (exit 1 when it was tampered with).
     #[command(subcommand)]
     Audit(AuditCommand),
-    /// Check a policy directory against its schema (exit 1 on errors).
+    /// Check, test and explain a policy directory.
     #[command(subcommand)]
-    Policy(PolicyCommand),
+    Policy(policy::PolicyCommand),
 }
 
 #[derive(Debug, Args)]
@@ -143,35 +144,11 @@ pub enum AuditCommand {
     },
 }
 
-#[derive(Debug, Subcommand)]
-pub enum PolicyCommand {
-    /// Parse and validate a policy directory against its schema.
-    Check {
-        #[arg(default_value = "policy")]
-        dir: PathBuf,
-    },
-}
-
 pub fn run(cli: Cli) -> ExitCode {
     crate::server::install_crypto_provider();
     match cli.command {
         Command::Serve(args) => serve::run(args),
-        Command::Policy(PolicyCommand::Check { dir }) => {
-            match crate::policy::PolicyEngine::load_dir(&dir) {
-                Ok(engine) => {
-                    println!(
-                        "{}: {} policies, valid",
-                        dir.display(),
-                        engine.policy_count()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Policy(command) => policy::run(command),
         other => admin::run(other),
     }
 }
