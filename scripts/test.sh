@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/services.sh
 cargo test --workspace --locked
 cargo run --locked -q --bin tessera -- policy check policy
+cargo run --locked -q --bin tessera -- policy test policy

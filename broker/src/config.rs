@@ -195,6 +195,14 @@ pub struct Config {
     pub backends: BTreeMap<String, BackendConfig>,
 }
 
+/// The part of the configuration that decides what a policy grants in practice: the
+/// caps that bound its annotations and the backends that give resources their kind.
+#[derive(Debug, Clone, Default)]
+pub struct PolicySettings {
+    pub limits: Limits,
+    pub backends: BTreeMap<String, BackendConfig>,
+}
+
 /// Command-line settings that override the file and the environment.
 #[derive(Debug, Default, Clone)]
 pub struct Overrides {
@@ -240,6 +248,20 @@ impl Config {
         let raw =
             toml::from_str::<RawConfig>(text).map_err(|e| err("tessera.toml", e.message()))?;
         Self::from_raw(raw, overrides, env)
+    }
+
+    /// Reads only what the policy tools need from `file`: `[limits]` and `[backends]`
+    /// (unknown keys anywhere are still errors). No environment, store or key is
+    /// consulted, so `tessera policy` runs on a machine that holds none of them.
+    pub fn load_policy_settings(file: &Path) -> Result<PolicySettings, ConfigError> {
+        let setting = file.display().to_string();
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| err("--config", format!("cannot read {setting}: {e}")))?;
+        let raw = toml::from_str::<RawConfig>(&text).map_err(|e| err(&setting, e.message()))?;
+        Ok(PolicySettings {
+            limits: resolve_limits(&raw.limits)?,
+            backends: resolve_backends(raw.backends)?,
+        })
     }
 
     fn from_raw(raw: RawConfig, o: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
@@ -304,17 +326,7 @@ impl Config {
 
         let limits = resolve_limits(&raw.limits)?;
         let tls = resolve_tls(raw.tls, env)?;
-        let mut backends = BTreeMap::new();
-        for (name, b) in raw.backends {
-            let setting = format!("backends.{name}");
-            if !crate::resource::is_backend_name(&name) {
-                return Err(err(
-                    &setting,
-                    "backend names are 1-63 of [a-z0-9-], starting with a letter",
-                ));
-            }
-            backends.insert(name, resolve_backend(&setting, b)?);
-        }
+        let mut backends = resolve_backends(raw.backends)?;
         if o.dev && backends.is_empty() {
             // `--dev` ships one backend so the walk-through works without a config file.
             backends.insert(
@@ -520,6 +532,23 @@ fn resolve_tls(raw: Option<RawTls>, env: EnvLookup<'_>) -> Result<Option<TlsConf
     }
 }
 
+fn resolve_backends(
+    raw: BTreeMap<String, RawBackend>,
+) -> Result<BTreeMap<String, BackendConfig>, ConfigError> {
+    let mut backends = BTreeMap::new();
+    for (name, b) in raw {
+        let setting = format!("backends.{name}");
+        if !crate::resource::is_backend_name(&name) {
+            return Err(err(
+                &setting,
+                "backend names are 1-63 of [a-z0-9-], starting with a letter",
+            ));
+        }
+        backends.insert(name, resolve_backend(&setting, b)?);
+    }
+    Ok(backends)
+}
+
 fn resolve_backend(setting: &str, b: RawBackend) -> Result<BackendConfig, ConfigError> {
     match b.kind.as_str() {
         "token" => {
@@ -658,6 +687,36 @@ mod tests {
             c.tls.unwrap().require_runtime_client_cert,
             "mTLS defaults to required for runtimes"
         );
+    }
+
+    #[test]
+    fn policy_settings_need_no_store_keys_or_environment() {
+        let dir = std::env::temp_dir().join(format!("tessera-cfg-{}", crate::ids::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("tessera.toml");
+        std::fs::write(
+            &file,
+            "[store]\nurl_env = \"TESSERA_TEST_UNSET_VARIABLE\"\n[keys]\nkek_file = \"/nowhere\"\n\
+             [limits]\nmax_uses = 50\n[backends.svc]\nkind = \"token\"\naudience = \"a\"\n",
+        )
+        .unwrap();
+        let s = Config::load_policy_settings(&file).unwrap();
+        assert_eq!(s.limits.max_uses, 50);
+        assert_eq!(
+            s.limits.max_capability_ttl,
+            Limits::default().max_capability_ttl
+        );
+        assert_eq!(
+            s.backends.get("svc").map(BackendConfig::kind),
+            Some("token")
+        );
+        std::fs::write(&file, "[limits]\nmax_usess = 50\n").unwrap();
+        let e = Config::load_policy_settings(&file).unwrap_err();
+        assert!(e.message.contains("max_usess"), "{e}");
+        std::fs::write(&file, "[backends.svc]\nkind = \"token\"\n").unwrap();
+        let e = Config::load_policy_settings(&file).unwrap_err();
+        assert_eq!(e.setting, "backends.svc.audience");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

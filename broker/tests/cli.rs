@@ -424,6 +424,19 @@ async fn admin_cli_reads_the_audit_lists_runs_and_reloads_on_sighup() {
     }
     let row: Value = serde_json::from_str(reloaded.lines().next().expect("reloaded")).unwrap();
     assert_eq!(row["actor"], "signal");
+    // And on request, from the admin CLI.
+    let out = stdout_of(&cli(&broker, &["policy", "reload"]));
+    assert!(out.contains("policies in force"), "{out}");
+    let admin_reloads = stdout_of(&cli(
+        &broker,
+        &["audit", "tail", "--event", "policy.reloaded", "--json"],
+    ));
+    assert!(
+        admin_reloads
+            .lines()
+            .any(|l| l.contains("\"actor\":\"admin\"")),
+        "{admin_reloads}"
+    );
 
     // Disabling the runtime ends its open run.
     let disabled = stdout_of(&cli(&broker, &["runtimes", "disable", "agents"]));

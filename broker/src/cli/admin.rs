@@ -247,6 +247,24 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             );
         }
         Command::Audit(cmd) => super::audit::run(cmd).await?,
+        Command::Policy(super::policy::PolicyCommand::Reload { remote }) => {
+            let v = call(
+                &remote,
+                reqwest::Method::POST,
+                "/v1/admin/policy/reload",
+                None,
+            )
+            .await?;
+            if remote.json {
+                println!("{v}");
+            } else {
+                println!(
+                    "policy reloaded: {} policies in force (sha256 {})",
+                    v["policies"],
+                    v["sha256"].as_str().unwrap_or("")
+                );
+            }
+        }
         Command::Serve(_) | Command::Policy(_) => bail!("not an admin command"),
     }
     Ok(())

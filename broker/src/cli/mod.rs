@@ -6,6 +6,7 @@
 
 mod admin;
 mod audit;
+mod policy;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -45,9 +46,9 @@ pub enum Command {
     /// Read, export and verify the tamper-evident audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
-    /// Check a policy directory against its schema (exit 1 on errors).
+    /// Check, test and explain a policy directory.
     #[command(subcommand)]
-    Policy(PolicyCommand),
+    Policy(policy::PolicyCommand),
 }
 
 #[derive(Debug, Args)]
@@ -232,35 +233,11 @@ pub enum AuditCommand {
     },
 }
 
-#[derive(Debug, Subcommand)]
-pub enum PolicyCommand {
-    /// Parse and validate a policy directory against its schema.
-    Check {
-        #[arg(default_value = "policy")]
-        dir: PathBuf,
-    },
-}
-
 pub fn run(cli: Cli) -> ExitCode {
     crate::server::install_crypto_provider();
     match cli.command {
         Command::Serve(args) => serve::run(args),
-        Command::Policy(PolicyCommand::Check { dir }) => {
-            match crate::policy::PolicyEngine::load_dir(&dir) {
-                Ok(engine) => {
-                    println!(
-                        "{}: {} policies, valid",
-                        dir.display(),
-                        engine.policy_count()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Policy(command) => policy::run(command),
         other => admin::run(other),
     }
 }

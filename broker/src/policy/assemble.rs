@@ -72,6 +72,7 @@ pub(super) fn engine(
         policies,
         authorizer: Authorizer::new(),
         constraints,
+        sites: HashMap::new(),
         users,
         actions,
         user_type,

@@ -15,8 +15,8 @@ use std::str::FromStr;
 use cedar_policy::{Entities, PolicyId, PolicySet, Schema, ValidationMode, Validator};
 use miette::Diagnostic;
 
-use super::source::{annotation_offsets, label_offset, line_col, locate_in_order};
-use super::{annotations, assemble, PolicyDiagnostic, PolicyEngine, PolicyLoadError};
+use super::source::{annotation_offsets, label_offset, line_col, locate_in_order, Site};
+use super::{annotations, assemble, PolicyDiagnostic, PolicyEngine, PolicyLoadError, Severity};
 
 /// A named source text.
 pub(super) struct Named<'a> {
@@ -40,6 +40,7 @@ impl<'a> Named<'a> {
     ) -> PolicyDiagnostic {
         let (line, column) = offset.map_or((0, 0), |o| line_col(self.text, o));
         PolicyDiagnostic {
+            severity: Severity::Error,
             file: self.name.clone(),
             line,
             column,
@@ -144,6 +145,7 @@ pub(super) fn build(
     let mut merged = PolicySet::new();
     let mut constraints = HashMap::new();
     let mut origins: HashMap<String, Origin> = HashMap::new();
+    let mut sites: HashMap<String, Site> = HashMap::new();
     for (file_idx, src) in sources.iter().enumerate() {
         let set = match PolicySet::from_str(src.text) {
             Ok(set) => set,
@@ -207,6 +209,7 @@ pub(super) fn build(
             if policy.effect() == cedar_policy::Effect::Permit {
                 constraints.insert(id.clone(), parsed.constraints);
             }
+            sites.insert(id.clone(), Site::new(&src.name, src.text, offset, text));
             origins.insert(
                 id,
                 Origin {
@@ -244,6 +247,7 @@ pub(super) fn build(
         .ok();
     match store {
         Some(store) if diags.is_empty() => assemble::engine(schema, merged, constraints, &store)
+            .map(|engine| PolicyEngine { sites, ..engine })
             .map_err(|messages| PolicyLoadError {
                 diagnostics: messages
                     .into_iter()

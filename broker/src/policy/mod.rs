@@ -14,8 +14,13 @@
 
 mod annotations;
 mod assemble;
+pub mod cases;
 mod context;
+pub mod effective;
+pub mod explain;
+mod lint;
 mod load;
+pub mod simulate;
 mod source;
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +40,8 @@ pub struct PolicyEngine {
     authorizer: Authorizer,
     /// Constraints of every permit policy, by policy id.
     constraints: HashMap<String, PolicyConstraints>,
+    /// Where each policy is written, by policy id (for [`PolicyEngine::lint`]).
+    sites: HashMap<String, source::Site>,
     /// Users from entities.json, each with ALL its ancestor groups as direct parents.
     users: HashMap<String, Entity>,
     /// Requestable actions declared in the schema (`Tessera::Action`), by action id.
@@ -97,6 +104,7 @@ pub struct PolicyLoadError {
 /// One problem, located in a file. `line`/`column` are 1-based; 0:0 when unknown.
 #[derive(Debug, Clone)]
 pub struct PolicyDiagnostic {
+    pub severity: Severity,
     pub file: String,
     pub line: usize,
     pub column: usize,
@@ -104,12 +112,28 @@ pub struct PolicyDiagnostic {
     pub hint: Option<String>,
 }
 
+/// An error stops a policy set from loading; a warning ([`PolicyEngine::lint`]) does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        })
+    }
+}
+
 impl fmt::Display for PolicyDiagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}:{}:{}: error: {}",
-            self.file, self.line, self.column, self.message
+            "{}:{}:{}: {}: {}",
+            self.file, self.line, self.column, self.severity, self.message
         )?;
         if let Some(hint) = &self.hint {
             write!(f, " (hint: {hint})")?;
@@ -143,6 +167,13 @@ impl PolicyEngine {
     /// True when `action` is declared in the schema as a `Tessera::Action`.
     pub fn is_known_action(&self, action: &str) -> bool {
         self.actions.contains_key(action)
+    }
+
+    /// True when a policy (permit or forbid) has this id.
+    pub fn has_policy(&self, id: &str) -> bool {
+        self.policies
+            .policy(&cedar_policy::PolicyId::new(id))
+            .is_some()
     }
 
     /// Number of policies in force.

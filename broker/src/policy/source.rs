@@ -10,6 +10,55 @@
 
 use miette::Diagnostic;
 
+/// Where one loaded policy is written: its file, its start, and each annotation's `@`.
+/// Kept in the engine so that checks made after loading (lint) point at the source.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Site {
+    pub file: String,
+    /// 1-based (line, column) of the policy; (0, 0) when it could not be located.
+    pub at: (usize, usize),
+    /// (key, line, column) of each annotation.
+    pub annotations: Vec<(String, usize, usize)>,
+}
+
+impl Site {
+    /// The site of a policy starting at byte `offset` of `file_text`, whose own text is
+    /// `policy_text` (annotation offsets are relative to it).
+    pub(super) fn new(
+        file: &str,
+        file_text: &str,
+        offset: Option<usize>,
+        policy_text: &str,
+    ) -> Site {
+        let Some(start) = offset else {
+            return Site {
+                file: file.to_string(),
+                ..Site::default()
+            };
+        };
+        let annotations = annotation_offsets(policy_text)
+            .into_iter()
+            .map(|(key, rel)| {
+                let (line, column) = line_col(file_text, start + rel);
+                (key, line, column)
+            })
+            .collect();
+        Site {
+            file: file.to_string(),
+            at: line_col(file_text, start),
+            annotations,
+        }
+    }
+
+    /// (line, column) of annotation `@key`, else of the policy.
+    pub(super) fn of(&self, key: &str) -> (usize, usize) {
+        self.annotations
+            .iter()
+            .find(|(k, _, _)| k == key)
+            .map_or(self.at, |(_, line, column)| (*line, *column))
+    }
+}
+
 /// 1-based (line, column) of byte `offset` in `text`; column counts characters.
 pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let mut end = offset.min(text.len());
@@ -113,6 +162,17 @@ mod tests {
         let keys: Vec<_> = found.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys, ["id", "ttl"]);
         assert_eq!(found.first().map(|(_, o)| *o), Some(14));
+    }
+
+    #[test]
+    fn site_locates_the_policy_and_its_annotations() {
+        let file = "// x\n\n@id(\"a\")\n  @ttl(\"5m\") permit (principal, action, resource);";
+        let policy = file.get(6..).unwrap_or_default();
+        let site = Site::new("f.cedar", file, Some(6), policy);
+        assert_eq!(site.at, (3, 1));
+        assert_eq!(site.of("ttl"), (4, 3));
+        assert_eq!(site.of("uses"), (3, 1), "absent: the policy itself");
+        assert_eq!(Site::new("f.cedar", file, None, policy).of("ttl"), (0, 0));
     }
 
     #[test]

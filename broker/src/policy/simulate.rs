@@ -1,0 +1,273 @@
+//! A request described by an administrator (a `tessera policy test` case, or
+//! `tessera policy explain`), checked the way the broker checks a real one and turned
+//! into a [`PolicyRequest`].
+//!
+//! Why: a simulation is only worth something if it matches what the broker does. A
+//! request the broker refuses before policy runs — a malformed resource, an action the
+//! backend kind or the schema does not know, a user, task or label outside the run
+//! grammar — must be refused here too, with the broker's reason, instead of letting a
+//! test pass against a request that can never happen.
+//!
+//! Invariants: the resource is split and checked by [`resource::parse`] against the
+//! same backend map the broker uses, the action by the same length/charset rule and
+//! [`PolicyEngine::is_known_action`], names by [`crate::names`]; run ids are random in
+//! the broker, so a simulated run has a fixed placeholder id ([`RUN_ID`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{PolicyEngine, PolicyRequest};
+use crate::config::BackendConfig;
+use crate::grammar::quote;
+use crate::names;
+use crate::resource::{self, MAX_ACTION_LEN};
+
+/// The run id every simulated request carries.
+pub const RUN_ID: &str = "00000000-0000-0000-0000-000000000000";
+/// Task id when none is given.
+pub const DEFAULT_TASK_ID: &str = "test-task";
+/// Runtime name when none is given.
+pub const DEFAULT_RUNTIME: &str = "policy-test";
+
+/// What an administrator says about the request to simulate.
+#[derive(Debug, Clone, Default)]
+pub struct RequestSpec {
+    pub user: String,
+    pub action: String,
+    /// `BACKEND:PATH`.
+    pub resource: String,
+    pub task_kind: String,
+    pub task_id: String,
+    pub task_attributes: BTreeMap<String, String>,
+    pub labels: Vec<String>,
+    pub runtime: String,
+    pub requested_ttl: Option<Duration>,
+    pub now_unix: i64,
+}
+
+/// A request the broker would hand to policy.
+#[derive(Debug, Clone)]
+pub struct Simulated {
+    pub spec: RequestSpec,
+    pub backend: String,
+    pub backend_kind: &'static str,
+    pub path: String,
+}
+
+impl Simulated {
+    /// The request as [`PolicyEngine::evaluate`] takes it.
+    pub fn request(&self) -> PolicyRequest<'_> {
+        let s = &self.spec;
+        PolicyRequest {
+            user: &s.user,
+            action: &s.action,
+            backend: &self.backend,
+            backend_kind: self.backend_kind,
+            path: &self.path,
+            run_id: RUN_ID,
+            run_labels: &s.labels,
+            task_id: &s.task_id,
+            task_kind: &s.task_kind,
+            task_attributes: &s.task_attributes,
+            runtime: &s.runtime,
+            requested_ttl: s.requested_ttl,
+            now_unix: s.now_unix,
+        }
+    }
+}
+
+/// A backend of `kind` as a simulation without a configuration sees it: no action
+/// allow-list (any action of the kind's grammar), a placeholder audience. `None`: this
+/// build has no such kind.
+pub fn unconfigured_backend(kind: &str) -> Option<BackendConfig> {
+    match kind {
+        "token" => Some(BackendConfig::Token {
+            audience: "policy-test".into(),
+            actions: None,
+        }),
+        _ => None,
+    }
+}
+
+impl PolicyEngine {
+    /// Checks `spec` as the broker checks a run and a capability request, against the
+    /// configured `backends`. The error names the field and the broker's error code.
+    pub fn simulate(
+        &self,
+        spec: RequestSpec,
+        backends: &BTreeMap<String, BackendConfig>,
+    ) -> Result<Simulated, String> {
+        check_run(&spec)?;
+        let action = &spec.action;
+        if action.is_empty()
+            || action.len() > MAX_ACTION_LEN
+            || action.chars().any(|c| !c.is_ascii_graphic())
+        {
+            return Err("action: must be 1-64 printable ASCII characters (invalid_action)".into());
+        }
+        let res = resource::parse(&spec.resource, action, backends).map_err(|e| {
+            let mut message = format!("resource {}: {e} ({})", quote(&spec.resource), e.code());
+            if e == resource::ResourceError::Action {
+                message = format!("action {}: {e} ({})", quote(action), e.code());
+            }
+            message
+        })?;
+        if !self.is_known_action(action) {
+            return Err(format!(
+                "action {}: not declared in the policy schema (unknown_action)",
+                quote(action)
+            ));
+        }
+        let (backend, backend_kind, path) =
+            (res.backend.to_string(), res.kind, res.path.to_string());
+        Ok(Simulated {
+            spec,
+            backend,
+            backend_kind,
+            path,
+        })
+    }
+}
+
+/// The checks the broker makes when a runtime starts a run (`api/runs.rs`).
+fn check_run(spec: &RequestSpec) -> Result<(), String> {
+    if !names::is_user(&spec.user) {
+        return Err(format!(
+            "user {}: must be 1-128 of [A-Za-z0-9._@+-] (invalid_user)",
+            quote(&spec.user)
+        ));
+    }
+    if !names::is_task_id(&spec.task_id) {
+        return Err(format!(
+            "task_id {}: must be 1-128 of [A-Za-z0-9._:-] (invalid_task)",
+            quote(&spec.task_id)
+        ));
+    }
+    if !names::is_kind_or_label(&spec.task_kind) {
+        return Err(format!(
+            "task_kind {}: must be 1-64 of [a-z0-9._:-] (invalid_task)",
+            quote(&spec.task_kind)
+        ));
+    }
+    for (k, v) in &spec.task_attributes {
+        if !names::is_attribute_key(k) || !names::is_attribute_value(v) {
+            return Err(format!(
+                "task attribute {}: keys are 1-64 of [A-Za-z0-9._-], values at most 256 \
+                 bytes without control characters (invalid_task)",
+                quote(k)
+            ));
+        }
+    }
+    if let Some(l) = spec.labels.iter().find(|l| !names::is_kind_or_label(l)) {
+        return Err(format!(
+            "label {}: must be 1-64 of [a-z0-9._:-] (invalid_labels)",
+            quote(l)
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::tests::SHIPPED;
+    use super::super::PolicyDecision;
+    use super::*;
+
+    fn backends() -> BTreeMap<String, BackendConfig> {
+        BTreeMap::from([(
+            "svc-reports".to_string(),
+            BackendConfig::Token {
+                audience: "a".into(),
+                actions: Some(vec!["read".into(), "invoke".into()]),
+            },
+        )])
+    }
+
+    fn spec(resource: &str, action: &str) -> RequestSpec {
+        RequestSpec {
+            user: "alice".into(),
+            action: action.into(),
+            resource: resource.into(),
+            task_kind: "summarize".into(),
+            task_id: DEFAULT_TASK_ID.into(),
+            runtime: DEFAULT_RUNTIME.into(),
+            ..RequestSpec::default()
+        }
+    }
+
+    fn engine() -> PolicyEngine {
+        PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_valid_request_is_evaluated_with_its_backend_kind() {
+        let e = engine();
+        let sim = e
+            .simulate(spec("svc-reports:reports/q1", "read"), &backends())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (sim.backend.as_str(), sim.backend_kind),
+            ("svc-reports", "token")
+        );
+        assert!(matches!(
+            e.evaluate(&sim.request()),
+            PolicyDecision::Allow { .. }
+        ));
+    }
+
+    #[test]
+    fn what_the_broker_refuses_before_policy_is_refused() {
+        let e = engine();
+        let cases = [
+            (spec("nope:reports/q1", "read"), "unknown_backend"),
+            (spec("svc-reports:../x", "read"), "invalid_resource"),
+            (spec("svc-reports", "read"), "invalid_resource"),
+            (spec("svc-reports:reports/q1", "write"), "invalid_action"),
+            (spec("svc-reports:reports/q1", "re ad"), "invalid_action"),
+            (
+                RequestSpec {
+                    user: "a b".into(),
+                    ..spec("svc-reports:x", "read")
+                },
+                "invalid_user",
+            ),
+            (
+                RequestSpec {
+                    labels: vec!["Untrusted".into()],
+                    ..spec("svc-reports:x", "read")
+                },
+                "invalid_labels",
+            ),
+            (
+                RequestSpec {
+                    task_kind: String::new(),
+                    ..spec("svc-reports:x", "read")
+                },
+                "invalid_task",
+            ),
+        ];
+        for (s, code) in cases {
+            let shown = format!("{s:?}");
+            match e.simulate(s, &backends()) {
+                Ok(_) => panic!("accepted {shown}"),
+                Err(msg) => assert!(msg.contains(code), "{msg} (expected {code})"),
+            }
+        }
+        // Valid for the backend kind, but not declared in the schema.
+        let mut b = backends();
+        b.insert(
+            "svc-other".into(),
+            BackendConfig::Token {
+                audience: "a".into(),
+                actions: None,
+            },
+        );
+        let err = e
+            .simulate(spec("svc-other:x", "frobnicate"), &b)
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("unknown_action"), "{err}");
+    }
+}
