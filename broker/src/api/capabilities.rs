@@ -20,6 +20,7 @@ use crate::error::ApiError;
 use crate::grammar::{parse_duration, Rate};
 use crate::ids::{is_id, new_id};
 use crate::keys::jwt;
+use crate::policy::effective::Effective;
 use crate::policy::{PolicyDecision, PolicyRequest};
 use crate::resource::{self, MAX_ACTION_LEN};
 use crate::store::capabilities::{
@@ -220,23 +221,10 @@ async fn issue(
     now: i64,
     mut audit: AuditEvent,
 ) -> Result<(StatusCode, Json<CapabilityResponse>), ApiError> {
-    let limits = &app.config.limits;
-    let mut ttl = constraints
-        .ttl
-        .as_ref()
-        .map(|(d, _)| *d)
-        .unwrap_or(limits.default_capability_ttl)
-        .min(limits.max_capability_ttl);
-    if let Some(asked) = requested_ttl {
-        ttl = ttl.min(asked);
-    }
-    let expires_at = (now + ttl.as_secs() as i64).min(run.expires_at);
-    let uses = constraints
-        .uses
-        .as_ref()
-        .map(|(u, _)| *u)
-        .unwrap_or(limits.default_uses)
-        .min(limits.max_uses);
+    // One rule for what a capability gets, shared with `tessera policy explain/test`.
+    let effective = Effective::new(constraints, &app.config.limits, requested_ttl);
+    let expires_at = (now + effective.ttl.value.as_secs() as i64).min(run.expires_at);
+    let uses = effective.uses.value;
     let mut rate = vec![server_rate(app, run)];
     if let Some((r, policy_id)) = &constraints.rate {
         rate.push(rate_charge(format!("run:{}:policy:{policy_id}", run.id), r));

@@ -6,7 +6,8 @@
 //! bound decided each one (a permit's annotation, a server default, a server cap, or
 //! the caller's own request).
 //!
-//! Invariants: the rule is the broker's (`api/capabilities.rs`, `issue`):
+//! Invariants: this is the one rule; the broker's issuance (`api/capabilities.rs`)
+//! calls it too:
 //! ttl = min(@ttl or limits.default_capability_ttl, limits.max_capability_ttl,
 //! requested ttl); uses = min(@uses or limits.default_uses, limits.max_uses); the rate
 //! is the stricter of @rate and limits.max_rate (the server cap is charged per run on
