@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 mod audit_log;
 mod capabilities;
+mod client;
 mod exchange;
 mod inputs;
 mod keys;

@@ -1,0 +1,568 @@
+//! The HTTP client a sandboxed tool uses: one run token, capabilities on demand.
+//!
+//! Why it reads the run token from a file (or an inherited descriptor) and not
+//! from the environment: environment variables are inherited by every child
+//! process and printed by every crash reporter; a file the runtime mounts for the
+//! sandbox (or a descriptor it passes) is not. A token in `TESSERA_RUN_TOKEN`
+//! works only with the explicit opt-in `TESSERA_ALLOW_TOKEN_ENV=1`, with a warning.
+//!
+//! Retries: a 503 (store or backend unavailable), a 429 (rate limited, honouring
+//! `Retry-After`) and a connection that could not be opened are retried with
+//! jittered exponential backoff within a time budget; a decision (403, 401, 400,
+//! 404) never is — asking again would not change it.
+
+use crate::credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchanged};
+use crate::error::Error;
+use crate::types::{
+    CapabilityRequest, CapabilityResponse, ErrorBody, ExchangeRequest, ExchangeResponse,
+    RevokeCapabilityResponse,
+};
+use secrecy::{ExposeSecret, SecretString};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The prefix every run token has; anything else is a configuration mistake
+/// (e.g. pointing at a runtime key or the admin token).
+pub const RUN_TOKEN_PREFIX: &str = "tsr_run_";
+
+/// How requests are retried.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// First backoff; doubles each retry, with ±50 % jitter.
+    pub base: Duration,
+    /// Longest single backoff (a `Retry-After` longer than the budget ends retrying).
+    pub max_backoff: Duration,
+    /// Longest total time spent waiting between attempts.
+    pub budget: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 4,
+            base: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(5),
+            budget: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Never retry.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_retries: 0,
+            ..Default::default()
+        }
+    }
+
+    fn backoff(&self, retry: u32) -> Duration {
+        let exp = self
+            .base
+            .saturating_mul(1u32 << retry.min(16))
+            .min(self.max_backoff);
+        // Jitter in [50 %, 150 %) so many clients do not retry in step.
+        let r = random_u32() as u64 % 1000;
+        exp.mul_f64(0.5 + r as f64 / 1000.0)
+    }
+}
+
+fn random_u32() -> u32 {
+    // Jitter needs no cryptographic quality; the hasher's per-process random keys do.
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish() as u32
+}
+
+/// Where the broker is and which run this sandbox acts for.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    base: String,
+    run_token: SecretString,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.inner.base)
+            .field("run_token", &"[redacted]")
+            .field("retry", &self.inner.retry)
+            .finish()
+    }
+}
+
+/// Builds a [`Client`]; every setting has a sensible default except the address
+/// and the run token.
+pub struct ClientBuilder {
+    base: Option<String>,
+    run_token: Option<SecretString>,
+    ca_pem: Option<Vec<u8>>,
+    timeout: Duration,
+    connect_timeout: Duration,
+    user_agent: String,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("base", &self.base)
+            .field("run_token", &self.run_token.as_ref().map(|_| "[redacted]"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            base: None,
+            run_token: None,
+            ca_pem: None,
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            user_agent: format!("tessera-client/{}", env!("CARGO_PKG_VERSION")),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Broker address, e.g. `https://tessera.internal:8700`.
+    pub fn address(mut self, base: impl Into<String>) -> Self {
+        self.base = Some(base.into().trim_end_matches('/').to_owned());
+        self
+    }
+
+    /// The run token itself (prefer [`ClientBuilder::run_token_file`]).
+    pub fn run_token(mut self, token: SecretString) -> Self {
+        self.run_token = Some(token);
+        self
+    }
+
+    /// Reads the run token from a file (a runtime mounts it into the sandbox).
+    pub fn run_token_file(self, path: impl AsRef<Path>) -> Result<Self, Error> {
+        let token = read_token(path.as_ref())?;
+        Ok(self.run_token(token))
+    }
+
+    /// PEM certificates of the CA that signed the broker's TLS certificate.
+    pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Total time one HTTP attempt may take.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    pub fn user_agent(mut self, ua: impl Into<String>) -> Self {
+        self.user_agent = ua.into();
+        self
+    }
+
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn build(self) -> Result<Client, Error> {
+        let base = self
+            .base
+            .ok_or_else(|| Error::Config("no broker address (TESSERA_ADDR)".into()))?;
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::Config(format!(
+                "broker address must start with http:// or https://, got {base:?}"
+            )));
+        }
+        let run_token = self.run_token.ok_or_else(|| {
+            Error::Config("no run token (TESSERA_RUN_TOKEN_FILE or TESSERA_RUN_TOKEN_FD)".into())
+        })?;
+        check_token_shape(run_token.expose_secret())?;
+        let mut http = reqwest::Client::builder()
+            .timeout(self.timeout)
+            .connect_timeout(self.connect_timeout)
+            .user_agent(self.user_agent);
+        // Always our own rustls configuration (ring provider), so no process-wide
+        // crypto provider has to be installed by the embedding program.
+        let roots = match (&self.ca_pem, base.starts_with("https://")) {
+            (Some(pem), _) => roots(pem)?,
+            (None, false) => rustls::RootCertStore::empty(),
+            (None, true) => {
+                return Err(Error::Config(
+                    "an https:// broker needs the CA certificate (TESSERA_CA_FILE or ca_pem)"
+                        .into(),
+                ))
+            }
+        };
+        http = http.use_preconfigured_tls(tls_config(roots)?);
+        let http = http
+            .build()
+            .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                base,
+                run_token,
+                retry: self.retry,
+            }),
+        })
+    }
+}
+
+fn roots(pem: &[u8]) -> Result<rustls::RootCertStore, Error> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| Error::Config(format!("CA file is not PEM: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| Error::Config(format!("bad CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(Error::Config("the CA file holds no certificate".into()));
+    }
+    Ok(roots)
+}
+
+fn tls_config(roots: rustls::RootCertStore) -> Result<rustls::ClientConfig, Error> {
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Config(format!("TLS: {e}")))
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+}
+
+fn check_token_shape(token: &str) -> Result<(), Error> {
+    if !token.starts_with(RUN_TOKEN_PREFIX)
+        || token.len() > 256
+        || token.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(Error::Config(format!(
+            "the run token must be one {RUN_TOKEN_PREFIX}… value (is the file the run token?)"
+        )));
+    }
+    Ok(())
+}
+
+fn read_token(path: &Path) -> Result<SecretString, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::Config(format!(
+            "cannot read the run token from {}: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(SecretString::from(text.trim().to_owned()))
+}
+
+impl Client {
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// Configures from the environment:
+    /// - `TESSERA_ADDR`: the broker address (required);
+    /// - the run token from `TESSERA_RUN_TOKEN_FILE` (a path) or
+    ///   `TESSERA_RUN_TOKEN_FD` (a descriptor number inherited from the runtime);
+    ///   `TESSERA_RUN_TOKEN` (the token itself) only with `TESSERA_ALLOW_TOKEN_ENV=1`;
+    /// - `TESSERA_CA_FILE`: the CA of an `https://` broker.
+    pub fn from_env() -> Result<Client, Error> {
+        Self::from_lookup(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// [`Client::from_env`] over any variable lookup (for tests and embedding).
+    pub fn from_lookup(env: &dyn Fn(&str) -> Option<String>) -> Result<Client, Error> {
+        let mut b = ClientBuilder::default().address(
+            env("TESSERA_ADDR").ok_or_else(|| Error::Config("TESSERA_ADDR is not set".into()))?,
+        );
+        b = if let Some(path) = env("TESSERA_RUN_TOKEN_FILE") {
+            b.run_token_file(PathBuf::from(path))?
+        } else if let Some(fd) = env("TESSERA_RUN_TOKEN_FD") {
+            let n: u32 = fd
+                .parse()
+                .map_err(|_| Error::Config("TESSERA_RUN_TOKEN_FD must be a number".into()))?;
+            b.run_token_file(format!("/dev/fd/{n}"))?
+        } else if let Some(token) = env("TESSERA_RUN_TOKEN") {
+            if env("TESSERA_ALLOW_TOKEN_ENV").as_deref() != Some("1") {
+                return Err(Error::Config(
+                    "TESSERA_RUN_TOKEN is set but tokens in the environment leak to every child process; \
+                     use TESSERA_RUN_TOKEN_FILE, or set TESSERA_ALLOW_TOKEN_ENV=1 to accept the risk"
+                        .into(),
+                ));
+            }
+            tracing::warn!(
+                "using the run token from TESSERA_RUN_TOKEN: every child process inherits it"
+            );
+            b.run_token(SecretString::from(token))
+        } else {
+            return Err(Error::Config(
+                "no run token: set TESSERA_RUN_TOKEN_FILE (or TESSERA_RUN_TOKEN_FD)".into(),
+            ));
+        };
+        if let Some(ca) = env("TESSERA_CA_FILE") {
+            let pem = std::fs::read(&ca)
+                .map_err(|e| Error::Config(format!("cannot read TESSERA_CA_FILE {ca}: {e}")))?;
+            b = b.ca_pem(pem);
+        }
+        b.build()
+    }
+
+    /// Asks for a capability for `action` on `resource` (`BACKEND:PATH`).
+    pub async fn capability(&self, action: &str, resource: &str) -> Result<Capability, Error> {
+        self.capability_for(action, resource, None).await
+    }
+
+    /// Like [`Client::capability`], asking for at most `ttl` (e.g. `"5m"`).
+    pub async fn capability_for(
+        &self,
+        action: &str,
+        resource: &str,
+        ttl: Option<&str>,
+    ) -> Result<Capability, Error> {
+        let body = CapabilityRequest {
+            action: action.to_owned(),
+            resource: resource.to_owned(),
+            ttl: ttl.map(str::to_owned),
+        };
+        let r: CapabilityResponse = self
+            .send("/v1/capabilities", Some(&body), Bearer::Run)
+            .await?;
+        Ok(Capability::new(r, action, resource))
+    }
+
+    /// Exchanges a capability for the downstream credential (one use).
+    pub async fn exchange(&self, cap: &Capability) -> Result<Exchanged, Error> {
+        let body = ExchangeRequest {
+            capability: cap.token().to_owned(),
+        };
+        let r: ExchangeResponse = self.send("/v1/exchange", Some(&body), Bearer::None).await?;
+        Ok(Exchanged::from(r))
+    }
+
+    /// Revokes a capability (and its leases, downstream included). `Ok(false)`:
+    /// it was already revoked.
+    pub async fn revoke(&self, cap: &Capability) -> Result<bool, Error> {
+        self.revoke_id(cap.id()).await
+    }
+
+    /// Revokes a capability by id.
+    pub async fn revoke_id(&self, capability_id: &str) -> Result<bool, Error> {
+        if capability_id.len() != 36
+            || !capability_id
+                .bytes()
+                .all(|c| c.is_ascii_hexdigit() || c == b'-')
+        {
+            return Err(Error::Config("not a capability id".into()));
+        }
+        let r: RevokeCapabilityResponse = self
+            .send::<(), _>(
+                &format!("/v1/capabilities/{capability_id}/revoke"),
+                None,
+                Bearer::Run,
+            )
+            .await?;
+        Ok(r.revoked)
+    }
+
+    /// A capability exchanged at once for AWS credentials (backend kind `aws-sts`).
+    pub async fn aws_credentials(
+        &self,
+        action: &str,
+        resource: &str,
+    ) -> Result<AwsCredentials, Error> {
+        let cap = self.capability(action, resource).await?;
+        let ex = self.exchange(&cap).await?;
+        AwsCredentials::from_exchange(cap, ex)
+    }
+
+    /// A capability exchanged at once for a database user (kinds `postgres`, `mysql`).
+    pub async fn database(
+        &self,
+        action: &str,
+        resource: &str,
+    ) -> Result<DatabaseCredentials, Error> {
+        let cap = self.capability(action, resource).await?;
+        let ex = self.exchange(&cap).await?;
+        DatabaseCredentials::from_exchange(cap, ex)
+    }
+
+    async fn send<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Option<&B>,
+        bearer: Bearer,
+    ) -> Result<T, Error> {
+        let inner = &self.inner;
+        let url = format!("{}{path}", inner.base);
+        let mut waited = Duration::ZERO;
+        let mut retry = 0u32;
+        loop {
+            let mut req = inner.http.post(&url);
+            if let Bearer::Run = bearer {
+                req = req.bearer_auth(inner.run_token.expose_secret());
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let err = match req.send().await {
+                Ok(resp) => match decode::<T>(resp).await {
+                    Ok(v) => return Ok(v),
+                    Err(e) => e,
+                },
+                Err(e) if e.is_connect() => Error::Unavailable {
+                    code: None,
+                    message: format!("cannot connect to {}: {}", inner.base, short(&e)),
+                    request_id: None,
+                },
+                Err(e) if e.is_timeout() => {
+                    // The request may have been processed: not retried.
+                    return Err(Error::Unavailable {
+                        code: None,
+                        message: format!("no answer from {} in time", inner.base),
+                        request_id: None,
+                    });
+                }
+                Err(e) => return Err(Error::Protocol(short(&e))),
+            };
+            let wait = match &err {
+                Error::RateLimited { retry_after, .. } => *retry_after,
+                Error::Unavailable { .. } => inner.retry.backoff(retry),
+                _ => return Err(err),
+            };
+            if retry >= inner.retry.max_retries || waited + wait > inner.retry.budget {
+                return Err(err);
+            }
+            tracing::debug!(path, retry, ?wait, code = err.code(), "retrying");
+            tokio::time::sleep(wait).await;
+            waited += wait;
+            retry += 1;
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Bearer {
+    Run,
+    None,
+}
+
+/// reqwest's error text without the URL's query (never holds a token here, but
+/// keep it short).
+fn short(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    s.truncate(200);
+    s
+}
+
+async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, Error> {
+    let status = resp.status();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let bytes = resp.bytes().await.map_err(|e| Error::Protocol(short(&e)))?;
+    if status.is_success() {
+        return serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Protocol(format!("{status}: {e}")));
+    }
+    match serde_json::from_slice::<ErrorBody>(&bytes) {
+        Ok(b) => Err(Error::from_response(
+            status.as_u16(),
+            b.error.code,
+            b.error.message,
+            b.error.request_id,
+            retry_after,
+        )),
+        Err(_) if status.is_server_error() => Err(Error::Unavailable {
+            code: None,
+            message: format!("the broker answered {status}"),
+            request_id: None,
+        }),
+        Err(_) => Err(Error::Protocol(format!("{status} without an error body"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_jittered_and_bounded() {
+        let p = RetryPolicy::default();
+        for retry in 0..10 {
+            let b = p.backoff(retry);
+            let nominal = p.base.saturating_mul(1 << retry).min(p.max_backoff);
+            assert!(b >= nominal / 2 && b < nominal * 3 / 2, "{retry}: {b:?}");
+        }
+    }
+
+    #[test]
+    fn configuration_errors_are_clear() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let e = Client::from_lookup(&env(&[])).unwrap_err();
+        assert!(e.to_string().contains("TESSERA_ADDR"));
+        let e = Client::from_lookup(&env(&[("TESSERA_ADDR", "http://127.0.0.1:1")])).unwrap_err();
+        assert!(e.to_string().contains("TESSERA_RUN_TOKEN_FILE"));
+        let token = "tsr_run_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        let e = Client::from_lookup(&move |k: &str| match k {
+            "TESSERA_ADDR" => Some("http://127.0.0.1:1".into()),
+            "TESSERA_RUN_TOKEN" => Some(token.into()),
+            _ => None,
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("TESSERA_ALLOW_TOKEN_ENV"), "{e}");
+        let ok = Client::from_lookup(&move |k: &str| match k {
+            "TESSERA_ADDR" => Some("http://127.0.0.1:1".into()),
+            "TESSERA_RUN_TOKEN" => Some(token.into()),
+            "TESSERA_ALLOW_TOKEN_ENV" => Some("1".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert!(!format!("{ok:?}").contains(token));
+        let e = Client::builder()
+            .address("http://x")
+            .run_token(SecretString::from("tsr_rt_wrongkind".to_owned()))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("tsr_run_"));
+        let e = Client::builder()
+            .address("https://x")
+            .run_token(SecretString::from(token.to_owned()))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("CA"));
+    }
+}
