@@ -6,6 +6,7 @@
 #   bench/issue.sh                 # defaults: 64 connections, 2 wrk threads, 15 s each
 #   DURATION=30s CONNS=64 bench/issue.sh
 #   TARGETS="sqlite" bench/issue.sh   # any of: ceiling sqlite postgres
+#   BIN=/tmp/other/tessera TARGETS=sqlite bench/issue.sh   # measure another build
 #
 # Needs wrk, curl and jq (apt-get install wrk curl jq) and PostgreSQL on
 # 127.0.0.1:5432 (scripts/services.sh). Loopback only. Results: bench/out/results.md.
@@ -27,8 +28,11 @@ for tool in wrk curl jq; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is required (apt-get install $tool)" >&2; exit 1; }
 done
 
-cargo build --release --locked --bin tessera --example sign_ceiling
-BIN="$TARGET/release/tessera"
+# BIN=/path/to/tessera compares another build of the broker (nothing is rebuilt).
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --locked --bin tessera --example sign_ceiling
+  BIN="$TARGET/release/tessera"
+fi
 CEILING="$TARGET/release/examples/sign_ceiling"
 
 RESULTS="$OUT/results.md"

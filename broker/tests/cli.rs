@@ -483,3 +483,211 @@ async fn admin_cli_reads_the_audit_lists_runs_and_reloads_on_sighup() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A runtime and a run for alice on a dev broker; returns the run id and the
+/// path of a file holding the run token (as a runtime would mount it).
+async fn sandbox_run(broker: &Broker) -> (String, PathBuf) {
+    let rt: Value = serde_json::from_str(&stdout_of(&cli(
+        broker,
+        &[
+            "runtimes",
+            "create",
+            &format!("rt-{}", free_port()),
+            "--json",
+        ],
+    )))
+    .unwrap();
+    let run: Value = reqwest::Client::new()
+        .post(format!("{}/v1/runs", broker.addr))
+        .bearer_auth(rt["key"].as_str().unwrap())
+        .json(
+            &json!({ "user": "alice", "task": { "id": "t-1", "kind": "summarize" }, "ttl": "30m" }),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let file = broker.dir.join(format!("run-{}.token", free_port()));
+    std::fs::write(&file, run["run_token"].as_str().unwrap()).unwrap();
+    (run["run_id"].as_str().unwrap().to_owned(), file)
+}
+
+fn sandbox_cmd(broker: &Broker, token_file: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.env("TESSERA_ADDR", &broker.addr)
+        .env("TESSERA_RUN_TOKEN_FILE", token_file)
+        .env("AWS_SECRET_ACCESS_KEY", "parent-secret-aws")
+        .env("DATABASE_URL", "postgres://prod-password@db/prod")
+        .env("KEEP_ME", "kept");
+    c
+}
+
+/// The capabilities of a run as `runs show --json` lists them.
+fn capabilities_of(broker: &Broker, run_id: &str) -> Vec<Value> {
+    let v: Value = serde_json::from_str(&stdout_of(&cli(
+        broker,
+        &["runs", "show", run_id, "--json"],
+    )))
+    .unwrap();
+    v["capabilities"].as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_scrubs_the_environment_and_revokes_on_exit() {
+    let broker = start_dev_broker().await;
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let out = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--token",
+            "read=svc-reports:reports/2026/q1.csv",
+            "--keep-env",
+            "KEEP_ME",
+            "--",
+            "env",
+        ])
+        .output()
+        .unwrap();
+    let env = stdout_of(&out);
+    let names: Vec<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
+    assert!(!env.contains("parent-secret-aws"), "{env}");
+    assert!(!env.contains("prod-password"), "{env}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("TESSERA_RUN_TOKEN")),
+        "{env}"
+    );
+    assert!(!env.contains(&std::fs::read_to_string(&token_file).unwrap()));
+    assert!(env.contains("KEEP_ME=kept"), "{env}");
+    assert!(
+        names.contains(&"PATH") && names.contains(&"TESSERA_ACCESS_TOKEN"),
+        "{env}"
+    );
+    // Every capability obtained for the command is revoked once it exited.
+    let caps = capabilities_of(&broker, &run_id);
+    assert_eq!(caps.len(), 1);
+    assert_eq!(caps[0]["state"], "revoked");
+
+    // Exit codes pass through; a denial or a missing command is Tessera's own code.
+    let code = |args: &[&str]| {
+        sandbox_cmd(&broker, &token_file)
+            .args(args)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(code(&["exec", "--", "sh", "-c", "exit 7"]), Some(7));
+    assert_eq!(code(&["exec", "--", "/nonexistent/tool"]), Some(127));
+    let denied = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--token", "read=svc-reports:secret/x", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(denied.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&denied.stderr).contains("capability_denied"));
+    assert_eq!(
+        code(&["exec", "--keep-env", "TESSERA_RUN_TOKEN_FILE", "--", "true"]),
+        Some(125)
+    );
+
+    // A child killed outright: its exit is 128+9, and the capability is still revoked.
+    let killed = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--token",
+            "read=svc-reports:reports/2026/q2.csv",
+            "--",
+            "sh",
+            "-c",
+            "kill -9 $$",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.code(), Some(137));
+    let caps = capabilities_of(&broker, &run_id);
+    assert!(caps.iter().all(|c| c["state"] == "revoked"), "{caps:?}");
+    assert_eq!(caps.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_forwards_signals_and_token_capability_prints_a_token() {
+    let broker = start_dev_broker().await;
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let marker = broker.dir.join("ready");
+    let script = format!(
+        "trap 'exit 42' TERM; touch {}; while true; do sleep 0.1; done",
+        marker.display()
+    );
+    let mut child = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--token",
+            "read=svc-reports:reports/2026/q3.csv",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if marker.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(marker.exists(), "the command started");
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(42),
+        "SIGTERM reached the command's trap"
+    );
+    assert!(capabilities_of(&broker, &run_id)
+        .iter()
+        .all(|c| c["state"] == "revoked"));
+
+    let out = sandbox_cmd(&broker, &token_file)
+        .args([
+            "token",
+            "capability",
+            "--action",
+            "read",
+            "--resource",
+            "svc-reports:reports/2026/q4.csv",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    assert!(v["token"].as_str().unwrap().starts_with("eyJ"));
+    let caps = capabilities_of(&broker, &run_id);
+    assert!(caps
+        .iter()
+        .any(|c| c["capability_id"] == v["capability_id"] && c["state"] == "active"));
+    // Without a run token file it says what is missing.
+    let out = Command::new(BIN)
+        .args([
+            "token",
+            "capability",
+            "--action",
+            "read",
+            "--resource",
+            "svc-reports:x",
+        ])
+        .env("TESSERA_ADDR", &broker.addr)
+        .env_remove("TESSERA_RUN_TOKEN_FILE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TESSERA_RUN_TOKEN_FILE"));
+}

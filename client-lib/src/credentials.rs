@@ -139,7 +139,7 @@ pub struct AwsCredentials {
 }
 
 impl AwsCredentials {
-    pub(crate) fn from_exchange(capability: Capability, ex: Exchanged) -> Result<Self, Error> {
+    pub fn from_exchange(capability: Capability, ex: Exchanged) -> Result<Self, Error> {
         if ex.kind != "aws-sts" {
             return Err(Error::Protocol(format!(
                 "expected an aws-sts credential, got {}",
@@ -215,7 +215,7 @@ pub struct DatabaseCredentials {
 }
 
 impl DatabaseCredentials {
-    pub(crate) fn from_exchange(capability: Capability, ex: Exchanged) -> Result<Self, Error> {
+    pub fn from_exchange(capability: Capability, ex: Exchanged) -> Result<Self, Error> {
         if ex.kind != "postgres" && ex.kind != "mysql" {
             return Err(Error::Protocol(format!(
                 "expected a database credential, got {}",

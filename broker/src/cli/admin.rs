@@ -265,7 +265,11 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 );
             }
         }
-        Command::Serve(_) | Command::Policy(_) => bail!("not an admin command"),
+        Command::Serve(_)
+        | Command::Policy(_)
+        | Command::Exec(_)
+        | Command::CredentialProcess(_)
+        | Command::Token(_) => bail!("not an admin command"),
     }
     Ok(())
 }

@@ -7,6 +7,7 @@
 mod admin;
 mod audit;
 mod policy;
+mod sandbox;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -43,6 +44,14 @@ pub enum Command {
     /// Manage signing keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Run a command with an emptied environment plus only the credentials asked
+    /// for; revoke them when it exits.
+    Exec(sandbox::ExecArgs),
+    /// Print AWS credential_process JSON for one action on one resource.
+    CredentialProcess(sandbox::CredentialProcessArgs),
+    /// Print a capability token (for tools that speak Tessera).
+    #[command(subcommand)]
+    Token(sandbox::TokenCommand),
     /// Read, export and verify the tamper-evident audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -237,6 +246,9 @@ pub fn run(cli: Cli) -> ExitCode {
     crate::server::install_crypto_provider();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Exec(args) => sandbox::exec(args),
+        Command::CredentialProcess(args) => sandbox::credential_process(args),
+        Command::Token(cmd) => sandbox::token(cmd),
         Command::Policy(command) => policy::run(command),
         other => admin::run(other),
     }

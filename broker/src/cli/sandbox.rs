@@ -1,0 +1,432 @@
+//! The sandbox side of the CLI: `tessera exec`, `tessera credential-process` and
+//! `tessera token capability`, built on the client library.
+//!
+//! Why `exec` empties the environment: a tool started by an agent inherits
+//! whatever its parent had — cloud keys, database URLs, tokens. `exec` starts the
+//! tool with only the basics (PATH, HOME, locale, terminal, time zone, user, temp
+//! dir), the names the caller keeps explicitly, and the credentials asked for on
+//! the command line; the run token itself never passes to the child. When the
+//! child exits — normally, by a signal, or killed — the capabilities obtained for
+//! it are revoked, downstream credentials included.
+
+use clap::{Args, Subcommand};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tessera_client::{Capability, Client, Error};
+
+/// `tessera exec` exits with this when Tessera itself failed (like `env`, `timeout`).
+const EXIT_TESSERA: u8 = 125;
+const EXIT_CANNOT_EXECUTE: u8 = 126;
+const EXIT_NOT_FOUND: u8 = 127;
+
+/// Variables that survive the scrub when the parent has them.
+const BASICS: &[&str] = &[
+    "PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR",
+];
+
+/// Never handed to the child, whatever is asked.
+const NEVER: &[&str] = &[
+    "TESSERA_RUN_TOKEN",
+    "TESSERA_RUN_TOKEN_FILE",
+    "TESSERA_RUN_TOKEN_FD",
+    "TESSERA_ALLOW_TOKEN_ENV",
+    "TESSERA_ADMIN_TOKEN_FILE",
+];
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// AWS credentials for ACTION=RESOURCE, as AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_SESSION_TOKEN and AWS_CREDENTIAL_EXPIRATION.
+    #[arg(long = "aws", value_name = "ACTION=RESOURCE")]
+    pub aws: Option<String>,
+    /// A database user for ACTION=RESOURCE, as PGHOST/PGUSER/PGPASSWORD/… (PostgreSQL)
+    /// or MYSQL_HOST/MYSQL_USER/MYSQL_PWD/… (MariaDB, MySQL), plus DATABASE_URL.
+    #[arg(long = "db", value_name = "ACTION=RESOURCE")]
+    pub db: Option<String>,
+    /// An access token for ACTION=RESOURCE on a `token` backend, as TESSERA_ACCESS_TOKEN.
+    #[arg(long = "token", value_name = "ACTION=RESOURCE")]
+    pub token: Option<String>,
+    /// Keep this variable of the parent environment (repeatable).
+    #[arg(long = "keep-env", value_name = "NAME")]
+    pub keep_env: Vec<String>,
+    /// Add the KEY=VALUE lines of this file to the child's environment.
+    #[arg(long)]
+    pub env_file: Option<PathBuf>,
+    /// The command and its arguments, after `--`.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CredentialProcessArgs {
+    #[arg(long)]
+    pub action: String,
+    #[arg(long)]
+    pub resource: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a capability token for ACTION on RESOURCE (for tools that speak Tessera).
+    Capability {
+        #[arg(long)]
+        action: String,
+        #[arg(long)]
+        resource: String,
+        /// At most this lifetime, e.g. 5m.
+        #[arg(long)]
+        ttl: Option<String>,
+        /// Print {capability_id, token, expires_at, uses} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+fn split_grant(flag: &str, value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((a, r)) if !a.is_empty() && !r.is_empty() => Ok((a.to_owned(), r.to_owned())),
+        _ => Err(format!("{flag}: expected ACTION=RESOURCE, got {value:?}")),
+    }
+}
+
+/// `tessera credential-process`: AWS `credential_process` JSON on stdout.
+pub fn credential_process(args: CredentialProcessArgs) -> ExitCode {
+    let result = runtime().and_then(|rt| {
+        rt.block_on(async {
+            let client = Client::from_env().map_err(|e| e.to_string())?;
+            let creds = client
+                .aws_credentials(&args.action, &args.resource)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(creds.credential_process_json())
+        })
+    });
+    match result {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tessera credential-process: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `tessera token capability`.
+pub fn token(command: TokenCommand) -> ExitCode {
+    let TokenCommand::Capability {
+        action,
+        resource,
+        ttl,
+        json,
+    } = command;
+    let result = runtime().and_then(|rt| {
+        rt.block_on(async {
+            let client = Client::from_env().map_err(|e| e.to_string())?;
+            client
+                .capability_for(&action, &resource, ttl.as_deref())
+                .await
+                .map_err(|e| e.to_string())
+        })
+    });
+    match result {
+        Ok(cap) if json => {
+            let v = serde_json::json!({
+                "capability_id": cap.id(), "token": cap.token(),
+                "expires_at": cap.expires_at, "uses": cap.uses,
+            });
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Ok(cap) => {
+            println!("{}", cap.token());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tessera token capability: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `tessera exec`.
+pub fn exec(args: ExecArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tessera exec: {e}");
+            return ExitCode::from(EXIT_TESSERA);
+        }
+    };
+    rt.block_on(exec_async(args))
+}
+
+async fn exec_async(args: ExecArgs) -> ExitCode {
+    let parent: BTreeMap<String, String> = std::env::vars().collect();
+    let mut env = match base_environment(&parent, &args.keep_env, args.env_file.as_deref()) {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("tessera exec: {e}");
+            return ExitCode::from(EXIT_TESSERA);
+        }
+    };
+    let client = match Client::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tessera exec: {e}");
+            return ExitCode::from(EXIT_TESSERA);
+        }
+    };
+    let mut held: Vec<Capability> = Vec::new();
+    if let Err(e) = obtain(&client, &args, &mut env, &mut held).await {
+        eprintln!("tessera exec: {e}");
+        revoke_all(&client, &held).await;
+        return ExitCode::from(EXIT_TESSERA);
+    }
+    let code = run_child(&args.command, &env).await;
+    revoke_all(&client, &held).await;
+    ExitCode::from(code)
+}
+
+/// The scrubbed environment: basics, kept names, the env file.
+fn base_environment(
+    parent: &BTreeMap<String, String>,
+    keep: &[String],
+    env_file: Option<&Path>,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut env = BTreeMap::new();
+    for (k, v) in parent {
+        if BASICS.contains(&k.as_str()) || k.starts_with("LC_") {
+            env.insert(k.clone(), v.clone());
+        }
+    }
+    for name in keep {
+        if !is_env_name(name) {
+            return Err(format!("--keep-env: {name:?} is not a variable name"));
+        }
+        if NEVER.contains(&name.as_str()) {
+            return Err(format!("--keep-env: {name} is never passed to the command"));
+        }
+        if let Some(v) = parent.get(name) {
+            env.insert(name.clone(), v.clone());
+        }
+    }
+    if let Some(path) = env_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--env-file: cannot read {}: {e}", path.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .filter(|(k, _)| is_env_name(k))
+                .ok_or_else(|| {
+                    format!(
+                        "--env-file: {}:{}: expected NAME=VALUE",
+                        path.display(),
+                        n + 1
+                    )
+                })?;
+            if NEVER.contains(&k) {
+                return Err(format!("--env-file: {k} is never passed to the command"));
+            }
+            env.insert(k.to_owned(), v.to_owned());
+        }
+    }
+    Ok(env)
+}
+
+fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && !s.as_bytes()[0].is_ascii_digit()
+        && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// Obtains what was asked for; every capability obtained is pushed to `held`
+/// at once, so a later failure still revokes it.
+async fn obtain(
+    client: &Client,
+    args: &ExecArgs,
+    env: &mut BTreeMap<String, String>,
+    held: &mut Vec<Capability>,
+) -> Result<(), Error> {
+    let grant = |flag: &str, v: &str| split_grant(flag, v).map_err(Error::Config);
+    if let Some(spec) = &args.token {
+        let (action, resource) = grant("--token", spec)?;
+        let cap = client.capability(&action, &resource).await?;
+        let ex = client.exchange(&cap).await;
+        held.push(cap);
+        let ex = ex?;
+        let token = ex
+            .field("token")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| Error::Protocol("--token: the backend returned no token".into()))?;
+        env.insert("TESSERA_ACCESS_TOKEN".into(), token.to_owned());
+    }
+    if let Some(spec) = &args.aws {
+        let (action, resource) = grant("--aws", spec)?;
+        let cap = client.capability(&action, &resource).await?;
+        let ex = client.exchange(&cap).await;
+        let id = cap.id().to_owned();
+        let creds = ex.and_then(|ex| tessera_client::AwsCredentials::from_exchange(cap, ex));
+        let creds = match creds {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = client.revoke_id(&id).await;
+                return Err(e);
+            }
+        };
+        env.insert("AWS_ACCESS_KEY_ID".into(), creds.access_key_id.clone());
+        env.insert(
+            "AWS_SECRET_ACCESS_KEY".into(),
+            creds.secret_access_key().to_owned(),
+        );
+        env.insert("AWS_SESSION_TOKEN".into(), creds.session_token().to_owned());
+        env.insert("AWS_CREDENTIAL_EXPIRATION".into(), creds.expiration.clone());
+        held.push(creds.capability);
+    }
+    if let Some(spec) = &args.db {
+        let (action, resource) = grant("--db", spec)?;
+        let cap = client.capability(&action, &resource).await?;
+        let ex = client.exchange(&cap).await;
+        let id = cap.id().to_owned();
+        let creds = ex.and_then(|ex| tessera_client::DatabaseCredentials::from_exchange(cap, ex));
+        let creds = match creds {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = client.revoke_id(&id).await;
+                return Err(e);
+            }
+        };
+        env.extend(creds.environment());
+        held.push(creds.capability);
+    }
+    Ok(())
+}
+
+async fn revoke_all(client: &Client, held: &[Capability]) {
+    for cap in held {
+        if let Err(e) = client.revoke(cap).await {
+            // The run's end revokes it in any case; say so rather than hide it.
+            eprintln!(
+                "tessera exec: could not revoke capability {} ({e}); it ends with its run or its expiry",
+                cap.id()
+            );
+        }
+    }
+}
+
+/// Runs the child with exactly `env`, forwarding signals; returns the exit code
+/// to pass on (128 + N when the child died of signal N).
+async fn run_child(command: &[String], env: &BTreeMap<String, String>) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut cmd = tokio::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).env_clear().envs(env);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tessera exec: cannot run {}: {e}", command[0]);
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                EXIT_NOT_FOUND
+            } else {
+                EXIT_CANNOT_EXECUTE
+            };
+        }
+    };
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let kinds = [
+        (SignalKind::interrupt(), nix::sys::signal::Signal::SIGINT),
+        (SignalKind::terminate(), nix::sys::signal::Signal::SIGTERM),
+        (SignalKind::hangup(), nix::sys::signal::Signal::SIGHUP),
+        (SignalKind::quit(), nix::sys::signal::Signal::SIGQUIT),
+        (
+            SignalKind::user_defined1(),
+            nix::sys::signal::Signal::SIGUSR1,
+        ),
+        (
+            SignalKind::user_defined2(),
+            nix::sys::signal::Signal::SIGUSR2,
+        ),
+    ];
+    let mut streams = Vec::new();
+    for (kind, sig) in kinds {
+        if let Ok(s) = signal(kind) {
+            streams.push((s, sig));
+        }
+    }
+    let status = loop {
+        let forward = futures_util::future::select_all(
+            streams
+                .iter_mut()
+                .map(|(s, sig)| Box::pin(async move { s.recv().await.map(|_| *sig) })),
+        );
+        tokio::select! {
+            status = child.wait() => break status,
+            (sig, _, _) = forward => {
+                if let (Some(sig), Some(pid)) = (sig, pid) {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+                }
+            }
+        }
+    };
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => u8::try_from(code).unwrap_or(1),
+            (None, Some(sig)) => 128u8.saturating_add(u8::try_from(sig).unwrap_or(0)),
+            _ => 1,
+        },
+        Err(e) => {
+            eprintln!("tessera exec: waiting for the command failed: {e}");
+            EXIT_TESSERA
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_is_scrubbed() {
+        let parent: BTreeMap<String, String> = [
+            ("PATH", "/bin"),
+            ("HOME", "/home/a"),
+            ("LC_TIME", "C"),
+            ("AWS_SECRET_ACCESS_KEY", "parent-secret"),
+            ("DATABASE_URL", "postgres://prod"),
+            ("KEEP_ME", "yes"),
+            ("TESSERA_RUN_TOKEN_FILE", "/run/token"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let env = base_environment(&parent, &["KEEP_ME".into()], None).unwrap();
+        let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["HOME", "KEEP_ME", "LC_TIME", "PATH"]);
+        assert!(base_environment(&parent, &["TESSERA_RUN_TOKEN_FILE".into()], None).is_err());
+        assert!(base_environment(&parent, &["BAD-NAME".into()], None).is_err());
+    }
+
+    #[test]
+    fn grants_are_action_equals_resource() {
+        assert_eq!(
+            split_grant("--db", "select=pg:a.b.c").unwrap(),
+            ("select".into(), "pg:a.b.c".into())
+        );
+        assert!(split_grant("--db", "select").is_err());
+        assert!(split_grant("--db", "=x").is_err());
+    }
+}
