@@ -140,9 +140,11 @@ pub struct AwsCredentials {
 
 impl AwsCredentials {
     pub fn from_exchange(capability: Capability, ex: Exchanged) -> Result<Self, Error> {
-        if ex.kind != "aws-sts" {
+        // Exchange responses name the credential family (`aws`); the backend
+        // kind in tessera.toml is `aws-sts`.
+        if ex.kind != "aws" {
             return Err(Error::Protocol(format!(
-                "expected an aws-sts credential, got {}",
+                "expected an aws credential, got {}",
                 ex.kind
             )));
         }

@@ -189,31 +189,48 @@ impl WriteOp for ExpireRuns {
                 .fetch_all(&mut *ctx.conn)
                 .await?;
             for row in &rows {
-                let id: String = sqlx::Row::try_get(row, "id")?;
                 let expires_at: i64 = sqlx::Row::try_get(row, "expires_at")?;
-                let q = ctx.sql(
-                    "UPDATE runs SET ended_at = $1, end_reason = 'expired' WHERE id = $2 AND ended_at IS NULL",
-                );
-                sqlx::query(&q)
-                    .bind(expires_at)
-                    .bind(&id)
-                    .execute(&mut *ctx.conn)
-                    .await?;
-                let counts = revoke_everything(ctx, &id, now, "run_expired").await?;
                 let mut ev = AuditEvent::new(events::RUN_EXPIRED, "broker", "allow");
                 ev.reason = Some("expired".into());
-                ev.run_id = Some(id);
-                ev.user = Some(sqlx::Row::try_get(row, "user_name")?);
-                ev.task_id = Some(sqlx::Row::try_get(row, "task_id")?);
-                ev.detail = Some(format!(
-                    "capabilities={} leases={}",
-                    counts.capabilities, counts.leases
-                ));
-                ctx.audit(&ev).await?;
+                // Ended at its expiry: that is when it stopped being usable.
+                close_open_run(ctx, row, expires_at, "expired", "run_expired", ev).await?;
             }
             Ok(rows.len())
         })
     }
+}
+
+/// Ends one open run found by a sweep or a runtime disable (`row` has `id`,
+/// `user_name`, `task_id`): marks it ended at `ended_at`, revokes everything in it
+/// and appends `ev` completed with the run, user, task and what was revoked.
+pub(crate) async fn close_open_run(
+    ctx: &mut WriteCtx<'_>,
+    row: &sqlx::any::AnyRow,
+    ended_at: i64,
+    end_reason: &'static str,
+    revoke_reason: &'static str,
+    mut ev: AuditEvent,
+) -> Result<RevokedCounts, sqlx::Error> {
+    let id: String = sqlx::Row::try_get(row, "id")?;
+    let q = ctx
+        .sql("UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL");
+    sqlx::query(&q)
+        .bind(ended_at)
+        .bind(end_reason)
+        .bind(&id)
+        .execute(&mut *ctx.conn)
+        .await?;
+    let now = ctx.now();
+    let counts = revoke_everything(ctx, &id, now, revoke_reason).await?;
+    ev.run_id = Some(id);
+    ev.user = Some(sqlx::Row::try_get(row, "user_name")?);
+    ev.task_id = Some(sqlx::Row::try_get(row, "task_id")?);
+    ev.detail = Some(format!(
+        "capabilities={} leases={} pending={}",
+        counts.capabilities, counts.leases, counts.pending
+    ));
+    ctx.audit(&ev).await?;
+    Ok(counts)
 }
 
 /// Revokes every capability and lease of a run; returns how many.

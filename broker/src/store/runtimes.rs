@@ -104,30 +104,16 @@ impl WriteOp for DisableRuntime {
             );
             let runs = sqlx::query(&q).bind(&id).fetch_all(&mut *ctx.conn).await?;
             for run in &runs {
-                let run_id: String = sqlx::Row::try_get(run, "id")?;
-                let q = ctx.sql(
-                    "UPDATE runs SET ended_at = $1, end_reason = 'runtime_disabled' WHERE id = $2",
-                );
-                sqlx::query(&q)
-                    .bind(now)
-                    .bind(&run_id)
-                    .execute(&mut *ctx.conn)
-                    .await?;
-                let counts = super::runs::revoke_everything(ctx, &run_id, now, "run_ended").await?;
-                out.runs_ended += 1;
-                out.revoked.capabilities += counts.capabilities;
-                out.revoked.leases += counts.leases;
                 let mut ev = AuditEvent::new(events::RUN_ENDED, self.audit.actor.clone(), "allow");
                 ev.reason = Some("runtime_disabled".into());
                 ev.request_id = self.audit.request_id.clone();
-                ev.run_id = Some(run_id);
-                ev.user = Some(sqlx::Row::try_get(run, "user_name")?);
-                ev.task_id = Some(sqlx::Row::try_get(run, "task_id")?);
-                ev.detail = Some(format!(
-                    "capabilities={} leases={}",
-                    counts.capabilities, counts.leases
-                ));
-                ctx.audit(&ev).await?;
+                let counts =
+                    super::runs::close_open_run(ctx, run, now, "runtime_disabled", "run_ended", ev)
+                        .await?;
+                out.runs_ended += 1;
+                out.revoked.capabilities += counts.capabilities;
+                out.revoked.leases += counts.leases;
+                out.revoked.pending += counts.pending;
             }
             let mut ev = self.audit.clone();
             if !out.disabled {
