@@ -3,10 +3,12 @@
 #![allow(clippy::unwrap_used)]
 
 mod helpers;
+mod moto;
 
 mod admin;
 mod audit;
 mod audit_log;
+mod aws;
 mod capabilities;
 mod exchange;
 mod inputs;
