@@ -58,6 +58,24 @@ pub struct AwsStsConfig {
     pub credentials: CredentialSource,
 }
 
+impl AwsStsConfig {
+    /// A backend as policy simulation sees one without a configuration: any IAM
+    /// action, a placeholder role, no credentials.
+    pub fn unconfigured() -> AwsStsConfig {
+        AwsStsConfig {
+            role_arn: "arn:aws:iam::000000000000:role/policy-test".to_owned(),
+            role_name: "policy-test".to_owned(),
+            region: "us-east-1".to_owned(),
+            external_id: None,
+            endpoint_url: None,
+            actions: None,
+            deny_revoked_runs: false,
+            max_session_duration: Duration::from_secs(3600),
+            credentials: CredentialSource::NotResolved,
+        }
+    }
+}
+
 /// Where the broker's own AWS credentials come from (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CredentialSource {
