@@ -205,7 +205,7 @@ pub async fn exchange(
         Ok(issued) => {
             app.metrics.exchange("ok");
             Ok(Json(ExchangeResponse {
-                kind: backend.kind().to_owned(),
+                kind: backend.credential_kind().to_owned(),
                 lease_id,
                 expires_at: rfc3339(issued.expires_at.min(claims.exp)),
                 uses_left,

@@ -63,7 +63,14 @@ pub struct Issued {
 }
 
 pub trait Backend: Send + Sync {
+    /// The configuration's `kind` (also the Cedar `resource.kind` and the lease's).
     fn kind(&self) -> &'static str;
+
+    /// The `kind` of the credential in the exchange response (DESIGN §12: `aws`,
+    /// `postgres`, `mysql`, `token`); the configuration's kind unless it differs.
+    fn credential_kind(&self) -> &'static str {
+        self.kind()
+    }
 
     /// The name of the downstream object an exchange will create (e.g. a database
     /// user), chosen before the lease is recorded; `None` for backends that leave

@@ -98,7 +98,7 @@ async fn credentials_can_do_exactly_the_capability_action_on_its_resource() {
         .await;
     let v = exchange_ok(&app, cap["token"].as_str().unwrap()).await;
 
-    assert_eq!(v["kind"], "aws-sts");
+    assert_eq!(v["kind"], "aws", "DESIGN §12: the credential kind");
     for f in [
         "access_key_id",
         "secret_access_key",

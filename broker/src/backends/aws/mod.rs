@@ -237,6 +237,10 @@ impl Backend for AwsStsBackend {
         "aws-sts"
     }
 
+    fn credential_kind(&self) -> &'static str {
+        "aws"
+    }
+
     /// With `deny_revoked_runs`, the run and the capability's expiry: enough to
     /// deny the run's sessions on the role, and to know when that can stop.
     fn downstream_ref(&self, claims: &CapabilityClaims, _lease_id: &str) -> Option<String> {
