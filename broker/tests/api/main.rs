@@ -9,6 +9,7 @@ mod admin;
 mod audit;
 mod audit_log;
 mod aws;
+mod aws_operations;
 mod capabilities;
 mod exchange;
 mod inputs;

@@ -50,6 +50,9 @@ fn http_client() -> Result<reqwest::Client, String> {
     for cert in found.certs {
         let _ = roots.add(cert);
     }
+    if roots.is_empty() {
+        tracing::warn!("no system root certificates found: IAM calls over https will fail");
+    }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))

@@ -67,6 +67,22 @@ impl AwsStsBackend {
 
     async fn assume_role(&self, grant: &Grant<'_>) -> Result<Issued, BackendError> {
         let c = grant.claims;
+        // The capability was checked when issued; the configuration may have
+        // changed since (an action taken off the allow-list): check again.
+        let action_ok = grammar::is_iam_action(&c.act)
+            && grammar::is_arn_for(grant.path, grammar::action_service(&c.act))
+            && self
+                .cfg
+                .actions
+                .as_ref()
+                .is_none_or(|allowed| allowed.iter().any(|a| a == &c.act));
+        if !action_ok {
+            return Err(BackendError::Unsupported {
+                code: "invalid_action",
+                message: "this backend no longer issues credentials for this action or resource"
+                    .to_owned(),
+            });
+        }
         if !grammar::is_sts_name(&c.sub) {
             return Err(BackendError::Unsupported {
                 code: "user_not_aws_compatible",
