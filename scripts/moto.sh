@@ -21,6 +21,13 @@ install() {
     return 0
   fi
   mkdir -p "$cache"
+  # One installer at a time (test binaries and CI may ask at once).
+  exec 9>"$cache/.venv-moto.lock"
+  flock 9
+  if [[ -f "$stamp" && -x "$venv/bin/python" ]]; then
+    return 0
+  fi
+  rm -rf "$venv"
   python3 -m venv "$venv" >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     "moto[server]==$MOTO_VERSION" >&2

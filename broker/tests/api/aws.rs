@@ -205,7 +205,7 @@ async fn credentials_can_do_exactly_the_capability_action_on_its_resource() {
 async fn credentials_stop_working_when_the_capability_expires() {
     let app = app().await;
     let (_, run_id, token) = app.run_for("alice").await;
-    let cap = capability_with_ttl(&app, &token, "s3:GetObject", REPORTS_2026, "3s").await;
+    let cap = capability_with_ttl(&app, &token, "s3:GetObject", REPORTS_2026, "6s").await;
     let v = exchange_ok(&app, cap["token"].as_str().unwrap()).await;
     assert_eq!(v["expiration"], cap["expires_at"]);
     let keys = SessionKeys::from_exchange(&v);
@@ -340,4 +340,58 @@ async fn hostile_actions_and_arns_are_refused_before_any_call() {
     assert_eq!(app.count("capabilities").await, 0, "nothing issued");
     assert_eq!(app.count("leases").await, 0);
     assert!(moto().sessions_of(&run_id).await.is_empty(), "no STS call");
+}
+
+/// boto3, the AWS SDK for Python, reads `credential_process` exactly as printed by a
+/// `credential_process` command, and the credentials then work (and only as scoped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aws_sdk_accepts_the_credential_process_object() {
+    let app = app().await;
+    let (_, _, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "s3:GetObject", REPORTS_2026)
+        .await;
+    let v = exchange_ok(&app, cap["token"].as_str().unwrap()).await;
+    let dir = crate::helpers::TempDir::new();
+    let json_file = dir.0.join("credentials.json");
+    std::fs::write(&json_file, v["credential_process"].to_string()).unwrap();
+    let config = dir.0.join("config");
+    std::fs::write(
+        &config,
+        format!(
+            "[profile tool]\ncredential_process = cat {}\nregion = us-east-1\n",
+            json_file.display()
+        ),
+    )
+    .unwrap();
+    let script = r#"
+import sys, boto3, botocore.exceptions
+s3 = boto3.Session(profile_name="tool").client("s3", endpoint_url=sys.argv[1])
+print(s3.get_object(Bucket="tessera-reports", Key="reports/2026/q1.csv")["Body"].read().decode().splitlines()[0])
+try:
+    s3.get_object(Bucket="tessera-reports", Key="private/salaries.csv")
+    print("private: allowed")
+except botocore.exceptions.ClientError as e:
+    print("private:", e.response["Error"]["Code"])
+"#;
+    let m = moto();
+    let out = tokio::process::Command::new(&m.python)
+        .arg("-c")
+        .arg(script)
+        .arg(&m.endpoint)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AWS_CONFIG_FILE", &config)
+        .env("AWS_SHARED_CREDENTIALS_FILE", dir.0.join("none"))
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "quarter,revenue\nprivate: AccessDenied\n");
 }

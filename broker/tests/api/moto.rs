@@ -38,6 +38,8 @@ pub struct Keys {
 
 pub struct Moto {
     pub endpoint: String,
+    /// The interpreter moto runs in (it also has boto3).
+    pub python: String,
     pub broker: Keys,
     pub admin: Keys,
     /// Kept for the life of the test process: its stdin closing stops the server.
@@ -87,7 +89,8 @@ fn keys(v: &Value, user: &str) -> Keys {
 pub fn moto() -> &'static Moto {
     MOTO.get_or_init(|| {
         let log = std::env::temp_dir().join(format!("tessera-moto-{}.log", std::process::id()));
-        let mut child = Command::new(python())
+        let python = python();
+        let mut child = Command::new(&python)
             .arg(repo_root().join("tests/moto/launcher.py"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -108,6 +111,7 @@ pub fn moto() -> &'static Moto {
         });
         Moto {
             endpoint: format!("http://127.0.0.1:{}", v["port"]),
+            python,
             broker: keys(&v, "tessera-broker"),
             admin: keys(&v, "tessera-admin"),
             _child: Mutex::new(child),
