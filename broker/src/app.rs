@@ -5,7 +5,7 @@
 //! loaded and validated, backends constructed. Tests build it the same way, with a
 //! fresh database, so they exercise exactly what production runs.
 
-use crate::backends::{token::TokenBackend, Backend};
+use crate::backends::{aws::AwsStsBackend, token::TokenBackend, Backend};
 use crate::clock::Clock;
 use crate::config::{BackendConfig, Config};
 use crate::keys::{manage, Kek, KeyRing};
@@ -60,6 +60,11 @@ impl App {
                     audience: audience.clone(),
                     keys: keys.clone(),
                 }),
+                BackendConfig::AwsSts(aws) => Arc::new(
+                    AwsStsBackend::new(aws.clone(), clock.clone())
+                        .await
+                        .with_context(|| format!("backends.{name}: AWS credentials"))?,
+                ),
             };
             backends.insert(name.clone(), backend);
         }

@@ -47,7 +47,8 @@ struct RawConfig {
     limits: RawLimits,
     tls: Option<RawTls>,
     #[serde(default)]
-    backends: BTreeMap<String, RawBackend>,
+    /// Each table is parsed by its `kind` (each kind has its own keys).
+    backends: BTreeMap<String, toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -93,7 +94,8 @@ struct RawTls {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawBackend {
+struct RawTokenBackend {
+    #[allow(dead_code)]
     kind: String,
     audience: Option<String>,
     actions: Option<Vec<String>>,
@@ -136,12 +138,15 @@ pub enum BackendConfig {
         audience: String,
         actions: Option<Vec<String>>,
     },
+    /// Temporary AWS credentials from STS AssumeRole (`backends::aws`).
+    AwsSts(crate::backends::aws::settings::AwsStsConfig),
 }
 
 impl BackendConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             BackendConfig::Token { .. } => "token",
+            BackendConfig::AwsSts(_) => "aws-sts",
         }
     }
 }
@@ -327,6 +332,15 @@ impl Config {
         let limits = resolve_limits(&raw.limits)?;
         let tls = resolve_tls(raw.tls, env)?;
         let mut backends = resolve_backends(raw.backends)?;
+        for (name, b) in backends.iter_mut() {
+            if let BackendConfig::AwsSts(aws) = b {
+                aws.credentials = crate::backends::aws::settings::resolve_credentials(
+                    &format!("backends.{name}"),
+                    &aws.credentials,
+                    env,
+                )?;
+            }
+        }
         if o.dev && backends.is_empty() {
             // `--dev` ships one backend so the walk-through works without a config file.
             backends.insert(
@@ -533,7 +547,7 @@ fn resolve_tls(raw: Option<RawTls>, env: EnvLookup<'_>) -> Result<Option<TlsConf
 }
 
 fn resolve_backends(
-    raw: BTreeMap<String, RawBackend>,
+    raw: BTreeMap<String, toml::Value>,
 ) -> Result<BTreeMap<String, BackendConfig>, ConfigError> {
     let mut backends = BTreeMap::new();
     for (name, b) in raw {
@@ -549,9 +563,16 @@ fn resolve_backends(
     Ok(backends)
 }
 
-fn resolve_backend(setting: &str, b: RawBackend) -> Result<BackendConfig, ConfigError> {
-    match b.kind.as_str() {
+fn resolve_backend(setting: &str, value: toml::Value) -> Result<BackendConfig, ConfigError> {
+    let kind = value
+        .get("kind")
+        .and_then(toml::Value::as_str)
+        .ok_or_else(|| err(&format!("{setting}.kind"), "required"))?
+        .to_owned();
+    let parse_err = |e: toml::de::Error| err(setting, e.message().to_owned());
+    match kind.as_str() {
         "token" => {
+            let b: RawTokenBackend = value.try_into().map_err(parse_err)?;
             let audience = b.audience.ok_or_else(|| {
                 err(
                     &format!("{setting}.audience"),
@@ -584,16 +605,19 @@ fn resolve_backend(setting: &str, b: RawBackend) -> Result<BackendConfig, Config
                 actions: b.actions,
             })
         }
-        "postgres" | "mysql" | "aws-sts" => Err(err(
+        "aws-sts" => {
+            let b = value.try_into().map_err(parse_err)?;
+            Ok(BackendConfig::AwsSts(
+                crate::backends::aws::settings::resolve(setting, b)?,
+            ))
+        }
+        "postgres" | "mysql" => Err(err(
             &format!("{setting}.kind"),
-            format!(
-                "kind {:?} is not available in this build yet (supported: token)",
-                b.kind
-            ),
+            format!("kind {kind:?} is not available in this build yet (supported: token, aws-sts)"),
         )),
         other => Err(err(
             &format!("{setting}.kind"),
-            format!("unknown kind {other:?} (supported: token)"),
+            format!("unknown kind {other:?} (supported: token, aws-sts)"),
         )),
     }
 }

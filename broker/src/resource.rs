@@ -103,6 +103,20 @@ pub fn parse<'a>(
                 }
             }
         }
+        BackendConfig::AwsSts(aws) => {
+            use crate::backends::aws::grammar;
+            if !grammar::is_iam_action(action) {
+                return Err(ResourceError::Action);
+            }
+            if !grammar::is_arn_for(path, grammar::action_service(action)) {
+                return Err(ResourceError::Path);
+            }
+            if let Some(allowed) = &aws.actions {
+                if !allowed.iter().any(|a| a == action) {
+                    return Err(ResourceError::Action);
+                }
+            }
+        }
     }
     Ok(Resource {
         backend,

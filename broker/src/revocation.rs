@@ -10,6 +10,7 @@
 //! `tessera leases list --stuck` and the `tessera_revocations_stuck` metric.
 
 use crate::app::App;
+use crate::backends::Revocation;
 use crate::store::revocations::{
     self, ClaimRevocations, ExpireLeases, FinishRevocations, Job, Outcome,
 };
@@ -81,11 +82,19 @@ async fn settle(app: &App, jobs: Vec<Job>) -> Vec<(Job, Outcome)> {
     }
     let now = app.clock.now();
     let calls = by_backend.into_iter().map(|(name, jobs)| async move {
-        let refs: Vec<String> = jobs.iter().map(|j| j.downstream_ref.clone()).collect();
+        let leases: Vec<Revocation<'_>> = jobs
+            .iter()
+            .map(|j| Revocation {
+                downstream_ref: &j.downstream_ref,
+                run_id: &j.run_id,
+                reason: &j.reason,
+            })
+            .collect();
         let result = match app.backends.get(&name) {
-            Some(backend) => backend.revoke(&refs).await.map_err(|e| e.to_string()),
+            Some(backend) => backend.revoke_leases(&leases).await.map_err(|e| e.to_string()),
             None => Err(format!("backend {name} is not configured")),
         };
+        drop(leases);
         if let Err(e) = &result {
             tracing::warn!(backend = %name, leases = jobs.len(), error = %e, "downstream revocation failed; will retry");
         }

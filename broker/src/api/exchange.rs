@@ -9,7 +9,7 @@
 use super::extract::{ApiJson, RequestId};
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
-use crate::backends::Grant;
+use crate::backends::{BackendError, Grant};
 use crate::capability::{self, CapabilityClaims, TokenError};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
@@ -63,6 +63,34 @@ pub async fn verify_capability(
         Err(e) => {
             tracing::warn!(error = %e, "could not reload signing keys");
             first
+        }
+    }
+}
+
+/// What the caller learns when the backend fails: a stable code, never the
+/// downstream's own message (that is logged and audited with the lease).
+fn backend_error(e: &BackendError) -> ApiError {
+    match e {
+        BackendError::Unavailable(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backend_unavailable",
+            "the downstream backend is unavailable",
+        ),
+        BackendError::Throttled(_) => ApiError {
+            retry_after: Some(5),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "backend_throttled",
+                "the downstream backend is throttling requests; retry later",
+            )
+        },
+        BackendError::Refused(_) => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "backend_refused",
+            "the downstream backend refused to issue; an operator must check the backend's configuration",
+        ),
+        BackendError::Unsupported { code, message } => {
+            ApiError::bad_request(code, message.clone())
         }
     }
 }
@@ -177,7 +205,7 @@ pub async fn exchange(
         Ok(issued) => {
             app.metrics.exchange("ok");
             Ok(Json(ExchangeResponse {
-                kind: backend.kind().to_owned(),
+                kind: backend.credential_kind().to_owned(),
                 lease_id,
                 expires_at: rfc3339(issued.expires_at.min(claims.exp)),
                 uses_left,
@@ -186,20 +214,22 @@ pub async fn exchange(
         }
         Err(e) => {
             tracing::error!(error = %e, backend = backend_name, "backend could not issue");
-            app.metrics.exchange("backend_unavailable");
+            let api_error = backend_error(&e);
+            let cause: String = e.to_string().chars().take(300).collect();
+            audit.detail = Some(format!(
+                "{} error={cause}",
+                audit.detail.take().unwrap_or_default()
+            ));
+            app.metrics.exchange(api_error.code);
             audit.event = events::LEASE_FAILED;
             audit.decision = "error";
-            audit.reason = Some("backend_unavailable".into());
+            audit.reason = Some(api_error.code.into());
             app.store
                 .writer()
                 .submit(FailLease { lease_id, audit })
                 .await?;
             app.revocation_wakeup.notify_one();
-            Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "backend_unavailable",
-                "the downstream backend is unavailable",
-            ))
+            Err(api_error)
         }
     }
 }

@@ -11,6 +11,7 @@
 //! expiry, run end), the revocation outbox (`store::revocations`) knows what to
 //! remove and retries [`Backend::revoke`] until it is gone.
 
+pub mod aws;
 pub mod token;
 
 use crate::capability::CapabilityClaims;
@@ -19,9 +20,28 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    /// The downstream system could not be reached or refused to issue.
+    /// The downstream system could not be reached or failed.
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// The downstream system is throttling the broker (after the backend's own retries).
+    #[error("backend throttled: {0}")]
+    Throttled(String),
+    /// The downstream system refused to issue (the broker's credentials, the
+    /// role's trust policy, …): an operator must fix the configuration.
+    #[error("backend refused: {0}")]
+    Refused(String),
+    /// This capability cannot be expressed downstream (e.g. a policy over the
+    /// downstream's size limit). `message` is safe to show the caller.
+    #[error("{message}")]
+    Unsupported { code: &'static str, message: String },
+}
+
+/// One lease whose downstream objects must go, with why.
+pub struct Revocation<'a> {
+    pub downstream_ref: &'a str,
+    pub run_id: &'a str,
+    /// `run_ended`, `run_expired`, `capability_revoked`, `lease_expired`, `issue_failed`.
+    pub reason: &'a str,
 }
 
 /// What an exchange is allowed to mint.
@@ -43,7 +63,14 @@ pub struct Issued {
 }
 
 pub trait Backend: Send + Sync {
+    /// The configuration's `kind` (also the Cedar `resource.kind` and the lease's).
     fn kind(&self) -> &'static str;
+
+    /// The `kind` of the credential in the exchange response (DESIGN §12: `aws`,
+    /// `postgres`, `mysql`, `token`); the configuration's kind unless it differs.
+    fn credential_kind(&self) -> &'static str {
+        self.kind()
+    }
 
     /// The name of the downstream object an exchange will create (e.g. a database
     /// user), chosen before the lease is recorded; `None` for backends that leave
@@ -60,4 +87,17 @@ pub trait Backend: Send + Sync {
     /// idempotent — an object that is already gone, or was never fully created, is
     /// success — because the outbox retries until it succeeds.
     fn revoke<'a>(&'a self, refs: &'a [String]) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// What the revocation worker calls: like [`Backend::revoke`], with the run and
+    /// the reason of each lease, for backends whose removal depends on them
+    /// (`aws-sts` only acts when a run ends). Same idempotence contract.
+    fn revoke_leases<'a>(
+        &'a self,
+        leases: &'a [Revocation<'a>],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            let refs: Vec<String> = leases.iter().map(|l| l.downstream_ref.to_owned()).collect();
+            self.revoke(&refs).await
+        })
+    }
 }

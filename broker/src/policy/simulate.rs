@@ -85,6 +85,9 @@ pub fn unconfigured_backend(kind: &str) -> Option<BackendConfig> {
             audience: "policy-test".into(),
             actions: None,
         }),
+        "aws-sts" => Some(BackendConfig::AwsSts(
+            crate::backends::aws::settings::AwsStsConfig::unconfigured(),
+        )),
         _ => None,
     }
 }

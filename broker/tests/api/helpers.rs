@@ -76,17 +76,21 @@ actions = ["read", "write"]
 "#;
 
 pub fn test_policy() -> PolicyEngine {
+    test_policy_with("")
+}
+
+/// The test policy plus `extra` as a second file (when not empty).
+pub fn test_policy_with(extra: &str) -> PolicyEngine {
     let schema = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../policy/schema.cedarschema"
     ))
     .expect("shipped schema");
-    PolicyEngine::from_sources(
-        &schema,
-        &[("test.cedar".to_owned(), TEST_POLICY.to_owned())],
-        TEST_ENTITIES,
-    )
-    .expect("test policy loads")
+    let mut files = vec![("test.cedar".to_owned(), TEST_POLICY.to_owned())];
+    if !extra.is_empty() {
+        files.push(("extra.cedar".to_owned(), extra.to_owned()));
+    }
+    PolicyEngine::from_sources(&schema, &files, TEST_ENTITIES).expect("test policy loads")
 }
 
 /// Writes the test policy set into `dir` (what a reload will read).
@@ -108,7 +112,17 @@ pub struct TestApp {
     pub admin_token: String,
     store_url: String,
     kek: String,
+    extra: Extra,
     _dir: TempDir,
+}
+
+/// What a test adds to the default set-up: more `tessera.toml` (backends), one
+/// more policy file, environment variables the config reads.
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    pub config: String,
+    pub policy: String,
+    pub env: Vec<(String, String)>,
 }
 
 /// A directory removed on drop.
@@ -152,6 +166,15 @@ impl TestApp {
 
     /// `pg_server`: where PostgreSQL is reached (e.g. through a test proxy).
     pub async fn spawn_with(db: Db, pg_server: Option<String>) -> TestApp {
+        Self::spawn_extra_with(db, pg_server, Extra::default()).await
+    }
+
+    /// The default set-up plus `extra` (other tests keep the default config).
+    pub async fn spawn_extra(db: Db, extra: Extra) -> TestApp {
+        Self::spawn_extra_with(db, None, extra).await
+    }
+
+    async fn spawn_extra_with(db: Db, pg_server: Option<String>, extra: Extra) -> TestApp {
         tessera_broker::server::install_crypto_provider();
         let dir = TempDir::new();
         let store_url = match db {
@@ -165,6 +188,7 @@ impl TestApp {
             store_url,
             kek.to_string(),
             admin.expose_secret().to_owned(),
+            extra,
         )
         .await
     }
@@ -176,16 +200,36 @@ impl TestApp {
             self.store_url.clone(),
             self.kek.clone(),
             self.admin_token.clone(),
+            self.extra.clone(),
         )
         .await
     }
 
-    async fn start(dir: TempDir, store_url: String, kek: String, admin: String) -> TestApp {
+    async fn start(
+        dir: TempDir,
+        store_url: String,
+        kek: String,
+        admin: String,
+        extra: Extra,
+    ) -> TestApp {
         let url = store_url.clone();
-        let env = move |k: &str| (k == "TESSERA_STORE_URL").then(|| url.clone());
+        let extra_env = extra.env.clone();
+        let env = move |k: &str| {
+            if k == "TESSERA_STORE_URL" {
+                return Some(url.clone());
+            }
+            extra_env
+                .iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v.clone())
+        };
         write_policy_dir(&dir.0.join("policy"));
+        if !extra.policy.is_empty() {
+            std::fs::write(dir.0.join("policy").join("extra.cedar"), &extra.policy)
+                .expect("extra policy");
+        }
         let config = Config::from_toml(
-            TEST_CONFIG,
+            &format!("{TEST_CONFIG}\n{}", extra.config),
             &Overrides {
                 dev: true,
                 data_dir: Some(dir.0.clone()),
@@ -198,7 +242,7 @@ impl TestApp {
         let state = App::build(
             config,
             Kek::from_base64(&kek).expect("kek"),
-            test_policy(),
+            test_policy_with(&extra.policy),
             Some(tessera_broker::ids::sha256_hex(admin.as_bytes())),
             Clock::new(),
         )
@@ -219,6 +263,7 @@ impl TestApp {
             admin_token: admin,
             store_url,
             kek,
+            extra,
             _dir: dir,
         }
     }

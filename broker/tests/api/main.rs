@@ -3,10 +3,13 @@
 #![allow(clippy::unwrap_used)]
 
 mod helpers;
+mod moto;
 
 mod admin;
 mod audit;
 mod audit_log;
+mod aws;
+mod aws_operations;
 mod capabilities;
 mod client;
 mod exchange;
