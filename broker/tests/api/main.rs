@@ -12,6 +12,7 @@ mod aws;
 mod aws_operations;
 mod capabilities;
 mod client;
+mod client_aws;
 mod exchange;
 mod inputs;
 mod keys;

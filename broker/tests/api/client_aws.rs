@@ -1,0 +1,177 @@
+//! The client side against moto on loopback: boto3 configured with
+//! `credential_process = tessera credential-process …` (the real binary), `tessera
+//! exec --aws` handing scoped credentials to a Python tool, and the Rust
+//! `TesseraCredentials` provider refreshing through the broker.
+
+use crate::aws::{app, REPORTS_2026};
+use crate::moto::{moto, s3, SessionKeys};
+use aws_credential_types::provider::ProvideCredentials;
+use std::path::Path;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tessera");
+
+/// A file holding `token`, as a runtime mounts it into a sandbox.
+fn token_file(dir: &Path, token: &str) -> std::path::PathBuf {
+    let f = dir.join("run.token");
+    std::fs::write(&f, token).unwrap();
+    f
+}
+
+const READ_BOTH: &str = r#"
+import sys, boto3, botocore.exceptions
+s3 = boto3.Session(profile_name=sys.argv[2] if len(sys.argv) > 2 else None).client("s3", endpoint_url=sys.argv[1], region_name="us-east-1")
+print(s3.get_object(Bucket="tessera-reports", Key="reports/2026/q1.csv")["Body"].read().decode().splitlines()[0])
+for what, call in [
+    ("private", lambda: s3.get_object(Bucket="tessera-reports", Key="private/salaries.csv")),
+    ("put", lambda: s3.put_object(Bucket="tessera-reports", Key="reports/2026/x.csv", Body=b"x")),
+]:
+    try:
+        call()
+        print(what + ": allowed")
+    except botocore.exceptions.ClientError as e:
+        print(what + ":", e.response["Error"]["Code"])
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boto3_gets_scoped_credentials_through_tessera_credential_process() {
+    let app = app().await;
+    let (_, run_id, token) = app.run_for("alice").await;
+    let dir = crate::helpers::TempDir::new();
+    let tokens = token_file(&dir.0, &token);
+    let config = dir.0.join("config");
+    std::fs::write(
+        &config,
+        format!(
+            "[profile reports]\ncredential_process = {BIN} credential-process --action s3:GetObject --resource {REPORTS_2026}\nregion = us-east-1\n"
+        ),
+    )
+    .unwrap();
+    let m = moto();
+    let out = tokio::process::Command::new(&m.python)
+        .arg("-c")
+        .arg(READ_BOTH)
+        .arg(&m.endpoint)
+        .arg("reports")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AWS_CONFIG_FILE", &config)
+        .env("AWS_SHARED_CREDENTIALS_FILE", dir.0.join("none"))
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("TESSERA_ADDR", app.url(""))
+        .env("TESSERA_RUN_TOKEN_FILE", &tokens)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout,
+        "quarter,revenue\nprivate: AccessDenied\nput: AccessDenied\n"
+    );
+    // Every STS session boto3 obtained is this run's, scoped to the one action.
+    // (botocore refreshes credentials that expire within 15 minutes before each
+    // call, so a 10-minute capability means one credential_process call per
+    // request: see docs/clients.md.)
+    let sessions = m.sessions_of(&run_id).await;
+    assert!(!sessions.is_empty());
+    for s in &sessions {
+        let policy: serde_json::Value =
+            serde_json::from_str(s["policy"].as_str().unwrap()).unwrap();
+        assert_eq!(policy["Statement"][0]["Action"], "s3:GetObject", "{s}");
+        assert_eq!(s["tags"]["tessera:run"], run_id.as_str());
+    }
+
+    // Without a run token the command fails, and boto3 gets no credentials.
+    let out = tokio::process::Command::new(BIN)
+        .args([
+            "credential-process",
+            "--action",
+            "s3:GetObject",
+            "--resource",
+            REPORTS_2026,
+        ])
+        .env_clear()
+        .env("TESSERA_ADDR", app.url(""))
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_hands_a_python_tool_scoped_aws_credentials_and_nothing_else() {
+    let app = app().await;
+    let (_, run_id, token) = app.run_for("alice").await;
+    let dir = crate::helpers::TempDir::new();
+    let tokens = token_file(&dir.0, &token);
+    let m = moto();
+    let out = tokio::process::Command::new(BIN)
+        .args(["exec", "--aws", &format!("s3:GetObject={REPORTS_2026}"), "--"])
+        .arg(&m.python)
+        .arg("-c")
+        .arg(format!(
+            "import os\nassert 'BROKER_SECRET' not in os.environ and 'TESSERA_RUN_TOKEN_FILE' not in os.environ\n{READ_BOTH}"
+        ))
+        .arg(&m.endpoint)
+        .env("TESSERA_ADDR", app.url(""))
+        .env("TESSERA_RUN_TOKEN_FILE", &tokens)
+        .env("BROKER_SECRET", "must-not-pass")
+        .env("AWS_ACCESS_KEY_ID", "AKIAPARENTKEY")
+        .env("AWS_SECRET_ACCESS_KEY", "parent-secret")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout,
+        "quarter,revenue\nprivate: AccessDenied\nput: AccessDenied\n"
+    );
+    // Revoked when the tool exited.
+    let resp = app
+        .get(&format!("/v1/runs/{run_id}"), Some(&app.admin_token))
+        .await;
+    let v: serde_json::Value = resp.json().await.unwrap();
+    let caps = v["capabilities"].as_array().unwrap();
+    assert_eq!(caps.len(), 1);
+    assert_eq!(caps[0]["state"], "revoked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_provider_fetches_scoped_credentials_and_caches_them() {
+    let app = app().await;
+    let (_, run_id, token) = app.run_for("alice").await;
+    let client = tessera_client::Client::builder()
+        .address(app.url(""))
+        .run_token(secrecy::SecretString::from(token))
+        .build()
+        .unwrap();
+    let provider =
+        tessera_client::aws::TesseraCredentials::new(client, "s3:GetObject", REPORTS_2026);
+    let creds = provider.provide_credentials().await.unwrap();
+    assert!(!format!("{provider:?}").contains(creds.secret_access_key()));
+    let keys = SessionKeys {
+        access_key_id: creds.access_key_id().to_owned(),
+        secret_access_key: creds.secret_access_key().to_owned(),
+        session_token: creds.session_token().map(str::to_owned),
+    };
+    let (status, body) = s3(&keys, "GET", "/tessera-reports/reports/2026/q1.csv", b"").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = s3(&keys, "GET", "/tessera-reports/private/salaries.csv", b"").await;
+    assert_eq!(status, 403);
+    // Fresh credentials are reused: one STS session for several calls.
+    let again = provider.provide_credentials().await.unwrap();
+    assert_eq!(again.access_key_id(), creds.access_key_id());
+    assert_eq!(moto().sessions_of(&run_id).await.len(), 1);
+    assert!(creds.expiry().is_some());
+}
