@@ -6,6 +6,7 @@
 //! from this file: the store URL, KEK and admin token come from the environment or
 //! from files the config points at.
 
+use crate::backends::database::Dialect as DbDialect;
 use crate::grammar::{parse_duration, Rate};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -97,6 +98,12 @@ struct RawBackend {
     kind: String,
     audience: Option<String>,
     actions: Option<Vec<String>>,
+    url_env: Option<String>,
+    url_file: Option<PathBuf>,
+    public_host: Option<String>,
+    public_port: Option<u16>,
+    connection_limit: Option<u32>,
+    max_connections: Option<u32>,
 }
 
 /// Server-wide caps that bound every policy's annotations.
@@ -129,20 +136,58 @@ impl Default for Limits {
 }
 
 /// A configured downstream backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum BackendConfig {
     /// Mints audience-restricted JWTs for an internal service (RFC 8693 style).
     Token {
         audience: String,
         actions: Option<Vec<String>>,
     },
+    /// Throw-away PostgreSQL roles (`backends::postgres`).
+    Postgres(DatabaseBackendConfig),
+    /// Throw-away MariaDB/MySQL users (`backends::mysql`).
+    Mysql(DatabaseBackendConfig),
 }
 
 impl BackendConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             BackendConfig::Token { .. } => "token",
+            BackendConfig::Postgres(_) => "postgres",
+            BackendConfig::Mysql(_) => "mysql",
         }
+    }
+}
+
+/// A database backend: the broker's privileged connection and what clients are told.
+#[derive(Clone)]
+pub struct DatabaseBackendConfig {
+    /// The broker's own (privileged) connection URL. A secret: never logged.
+    pub url: secrecy::SecretString,
+    /// The one database this backend grants on (the URL's).
+    pub database: String,
+    /// Host and port handed to clients (default: the URL's).
+    pub public_host: String,
+    pub public_port: u16,
+    /// `CONNECTION LIMIT` / `MAX_USER_CONNECTIONS` of each issued user.
+    pub connection_limit: u32,
+    /// Size of the broker's pool to this server.
+    pub max_connections: u32,
+    /// Allowed actions (default: all of `select`, `insert`, `update`, `delete`).
+    pub actions: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for DatabaseBackendConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseBackendConfig")
+            .field("url", &"[redacted]")
+            .field("database", &self.database)
+            .field("public_host", &self.public_host)
+            .field("public_port", &self.public_port)
+            .field("connection_limit", &self.connection_limit)
+            .field("max_connections", &self.max_connections)
+            .field("actions", &self.actions)
+            .finish()
     }
 }
 
@@ -313,7 +358,7 @@ impl Config {
                     "backend names are 1-63 of [a-z0-9-], starting with a letter",
                 ));
             }
-            backends.insert(name, resolve_backend(&setting, b)?);
+            backends.insert(name, resolve_backend(&setting, b, env)?);
         }
         if o.dev && backends.is_empty() {
             // `--dev` ships one backend so the walk-through works without a config file.
@@ -520,9 +565,140 @@ fn resolve_tls(raw: Option<RawTls>, env: EnvLookup<'_>) -> Result<Option<TlsConf
     }
 }
 
-fn resolve_backend(setting: &str, b: RawBackend) -> Result<BackendConfig, ConfigError> {
+/// A database backend's settings. The URL comes from `url_env` or `url_file`,
+/// never from the file itself; errors name the setting, never the URL.
+fn resolve_database(
+    setting: &str,
+    b: RawBackend,
+    dialect: DbDialect,
+    env: EnvLookup<'_>,
+) -> Result<DatabaseBackendConfig, ConfigError> {
+    let url = match (&b.url_env, &b.url_file) {
+        (Some(var), None) => env(var).ok_or_else(|| {
+            err(
+                &format!("{setting}.url_env"),
+                format!("environment variable {var} is not set"),
+            )
+        })?,
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| {
+                err(
+                    &format!("{setting}.url_file"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?
+            .trim()
+            .to_owned(),
+        _ => return Err(err(
+            setting,
+            "exactly one of url_env or url_file is required (the URL is a secret: never inline)",
+        )),
+    };
+    let url_setting = if b.url_env.is_some() {
+        format!("{setting}.url_env")
+    } else {
+        format!("{setting}.url_file")
+    };
+    let (host, port, database) = match dialect {
+        DbDialect::Postgres => {
+            let o = url
+                .starts_with("postgres://")
+                .then(|| url.parse::<sqlx::postgres::PgConnectOptions>().ok())
+                .flatten()
+                .ok_or_else(|| err(&url_setting, "not a valid postgres:// URL"))?;
+            let db = o.get_database().map(str::to_owned);
+            (o.get_host().to_owned(), o.get_port(), db)
+        }
+        DbDialect::Mysql => {
+            let o = (url.starts_with("mysql://") || url.starts_with("mariadb://"))
+                .then(|| url.replacen("mariadb://", "mysql://", 1))
+                .and_then(|u| u.parse::<sqlx::mysql::MySqlConnectOptions>().ok())
+                .ok_or_else(|| err(&url_setting, "not a valid mysql:// URL"))?;
+            let db = o.get_database().map(str::to_owned);
+            (o.get_host().to_owned(), o.get_port(), db)
+        }
+    };
+    let database = database
+        .filter(|d| crate::backends::database::is_ident(d))
+        .ok_or_else(|| {
+            err(
+                &url_setting,
+                "the URL must name the database to grant on ([A-Za-z_][A-Za-z0-9_]*)",
+            )
+        })?;
+    let public_host = b.public_host.unwrap_or(host);
+    if public_host.is_empty()
+        || public_host.len() > 253
+        || public_host
+            .bytes()
+            .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b':' | b'_')))
+    {
+        return Err(err(
+            &format!("{setting}.public_host"),
+            "must be a host name or IP address",
+        ));
+    }
+    let public_port = b.public_port.unwrap_or(port);
+    let connection_limit = b.connection_limit.unwrap_or(2);
+    if !(1..=1000).contains(&connection_limit) {
+        return Err(err(
+            &format!("{setting}.connection_limit"),
+            "must be between 1 and 1000",
+        ));
+    }
+    let max_connections = b.max_connections.unwrap_or(4);
+    if !(1..=64).contains(&max_connections) {
+        return Err(err(
+            &format!("{setting}.max_connections"),
+            "must be between 1 and 64",
+        ));
+    }
+    if let Some(actions) = &b.actions {
+        for a in actions {
+            if !crate::backends::database::ACTIONS.contains(&a.as_str()) {
+                return Err(err(
+                    &format!("{setting}.actions"),
+                    format!("invalid action {a:?} (select, insert, update, delete)"),
+                ));
+            }
+        }
+    }
+    Ok(DatabaseBackendConfig {
+        url: secrecy::SecretString::from(url),
+        database,
+        public_host,
+        public_port,
+        connection_limit,
+        max_connections,
+        actions: b.actions,
+    })
+}
+
+fn resolve_backend(
+    setting: &str,
+    b: RawBackend,
+    env: EnvLookup<'_>,
+) -> Result<BackendConfig, ConfigError> {
+    if b.kind != "token" && b.audience.is_some() {
+        return Err(err(
+            &format!("{setting}.audience"),
+            "only for kind \"token\"",
+        ));
+    }
     match b.kind.as_str() {
         "token" => {
+            if b.url_env.is_some()
+                || b.url_file.is_some()
+                || b.public_host.is_some()
+                || b.public_port.is_some()
+                || b.connection_limit.is_some()
+                || b.max_connections.is_some()
+            {
+                return Err(err(
+                    setting,
+                    "url_env, url_file, public_host, public_port, connection_limit and max_connections are only for database kinds",
+                ));
+            }
             let audience = b.audience.ok_or_else(|| {
                 err(
                     &format!("{setting}.audience"),
@@ -555,16 +731,28 @@ fn resolve_backend(setting: &str, b: RawBackend) -> Result<BackendConfig, Config
                 actions: b.actions,
             })
         }
-        "postgres" | "mysql" | "aws-sts" => Err(err(
+        "postgres" => Ok(BackendConfig::Postgres(resolve_database(
+            setting,
+            b,
+            DbDialect::Postgres,
+            env,
+        )?)),
+        "mysql" => Ok(BackendConfig::Mysql(resolve_database(
+            setting,
+            b,
+            DbDialect::Mysql,
+            env,
+        )?)),
+        "aws-sts" => Err(err(
             &format!("{setting}.kind"),
             format!(
-                "kind {:?} is not available in this build yet (supported: token)",
+                "kind {:?} is not available in this build yet (supported: token, postgres, mysql)",
                 b.kind
             ),
         )),
         other => Err(err(
             &format!("{setting}.kind"),
-            format!("unknown kind {other:?} (supported: token)"),
+            format!("unknown kind {other:?} (supported: token, postgres, mysql)"),
         )),
     }
 }
@@ -658,6 +846,82 @@ mod tests {
             c.tls.unwrap().require_runtime_client_cert,
             "mTLS defaults to required for runtimes"
         );
+    }
+
+    #[test]
+    fn database_backends() {
+        let o = Overrides {
+            dev: true,
+            ..Default::default()
+        };
+        let env = |k: &str| match k {
+            "PG" => Some("postgres://tessera:s3cret@db.internal:6432/analytics".to_owned()),
+            "MY" => Some("mysql://root:s3cret@127.0.0.1:3306/shop".to_owned()),
+            "NODB" => Some("postgres://tessera:s3cret@db.internal".to_owned()),
+            _ => None,
+        };
+        let c = Config::from_toml(
+            "[backends.pg-main]\nkind = \"postgres\"\nurl_env = \"PG\"\n\
+             [backends.shop]\nkind = \"mysql\"\nurl_env = \"MY\"\npublic_host = \"shop.db\"\nconnection_limit = 5\nactions = [\"select\"]",
+            &o,
+            &env,
+        )
+        .unwrap();
+        let BackendConfig::Postgres(pg) = &c.backends["pg-main"] else {
+            panic!("postgres")
+        };
+        assert_eq!(
+            (
+                pg.database.as_str(),
+                pg.public_host.as_str(),
+                pg.public_port
+            ),
+            ("analytics", "db.internal", 6432)
+        );
+        assert_eq!(pg.connection_limit, 2);
+        let BackendConfig::Mysql(my) = &c.backends["shop"] else {
+            panic!("mysql")
+        };
+        assert_eq!((my.public_host.as_str(), my.public_port), ("shop.db", 3306));
+        assert_eq!(my.connection_limit, 5);
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+
+        for (text, setting) in [
+            ("kind = \"postgres\"", "backends.b"),
+            (
+                "kind = \"postgres\"\nurl_env = \"UNSET\"",
+                "backends.b.url_env",
+            ),
+            (
+                "kind = \"postgres\"\nurl_env = \"MY\"",
+                "backends.b.url_env",
+            ),
+            (
+                "kind = \"postgres\"\nurl_env = \"NODB\"",
+                "backends.b.url_env",
+            ),
+            (
+                "kind = \"mysql\"\nurl_env = \"MY\"\nactions = [\"drop\"]",
+                "backends.b.actions",
+            ),
+            (
+                "kind = \"mysql\"\nurl_env = \"MY\"\nconnection_limit = 0",
+                "backends.b.connection_limit",
+            ),
+            (
+                "kind = \"mysql\"\nurl_env = \"MY\"\naudience = \"x\"",
+                "backends.b.audience",
+            ),
+            (
+                "kind = \"token\"\naudience = \"x\"\nurl_env = \"PG\"",
+                "backends.b",
+            ),
+        ] {
+            let e = Config::from_toml(&format!("[backends.b]\n{text}"), &o, &env).unwrap_err();
+            assert_eq!(e.setting, setting, "{text}: {e}");
+            assert!(!e.to_string().contains("s3cret"), "{e}");
+        }
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //! expiry, run end), the revocation outbox (`store::revocations`) knows what to
 //! remove and retries [`Backend::revoke`] until it is gone.
 
+pub mod database;
+pub mod mysql;
+pub mod postgres;
 pub mod token;
 
 use crate::capability::CapabilityClaims;
@@ -22,6 +25,10 @@ pub enum BackendError {
     /// The downstream system could not be reached or refused to issue.
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// The downstream system refused this particular grant (for instance, the
+    /// table does not exist); retrying will not help. Never holds a secret.
+    #[error("backend refused the grant: {0}")]
+    Rejected(String),
 }
 
 /// What an exchange is allowed to mint.

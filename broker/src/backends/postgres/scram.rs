@@ -1,0 +1,68 @@
+//! SCRAM-SHA-256 verifiers (RFC 5802, RFC 7677) computed by the broker.
+//!
+//! Why: `CREATE ROLE … PASSWORD '<plaintext>'` puts the password into the
+//! statement, and so into any statement log, `pg_stat_statements` or error
+//! report on the server. PostgreSQL stores only a verifier, and accepts one in
+//! place of a password; sending it means the plaintext never leaves the broker.
+//! The format is PostgreSQL's:
+//! `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>` (standard base64).
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use ring::{digest, hmac, pbkdf2};
+use std::num::NonZeroU32;
+
+/// PostgreSQL's own default (`scram_iterations`).
+pub const ITERATIONS: u32 = 4096;
+
+/// The verifier for `password` with a fresh random 16-byte salt.
+pub fn verifier(password: &str) -> String {
+    verifier_with(password, &crate::ids::random_bytes::<16>(), ITERATIONS)
+}
+
+/// The verifier for `password`, `salt` and `iterations`. The password is used
+/// as is: SASLprep is the identity on the printable ASCII the broker generates.
+pub fn verifier_with(password: &str, salt: &[u8], iterations: u32) -> String {
+    let mut salted = [0u8; 32];
+    pbkdf2::derive(
+        pbkdf2::PBKDF2_HMAC_SHA256,
+        NonZeroU32::new(iterations).unwrap_or(NonZeroU32::MIN),
+        salt,
+        password.as_bytes(),
+        &mut salted,
+    );
+    let key = hmac::Key::new(hmac::HMAC_SHA256, &salted);
+    let client_key = hmac::sign(&key, b"Client Key");
+    let stored_key = digest::digest(&digest::SHA256, client_key.as_ref());
+    let server_key = hmac::sign(&key, b"Server Key");
+    format!(
+        "SCRAM-SHA-256${iterations}:{}${}:{}",
+        STANDARD.encode(salt),
+        STANDARD.encode(stored_key.as_ref()),
+        STANDARD.encode(server_key.as_ref())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Computed by PostgreSQL 15 itself: `SET password_encryption =
+    /// 'scram-sha-256'; CREATE ROLE r PASSWORD 'pencil'`, read from `pg_authid`.
+    const PG_VECTOR: &str = "SCRAM-SHA-256$4096:+KG8+k02v3JncJ+seU+ZHQ==$kgbLMXKNMNIdojYNlYMM1erUkpZjV7tPV0753lucd9U=:lbzMjsa+QsblS0dqa7kxdFpKphcW62kOR4TyEsBIdzM=";
+
+    #[test]
+    fn matches_postgresql() {
+        let salt = STANDARD.decode("+KG8+k02v3JncJ+seU+ZHQ==").unwrap();
+        assert_eq!(verifier_with("pencil", &salt, 4096), PG_VECTOR);
+    }
+
+    #[test]
+    fn fresh_salt_each_time() {
+        let a = verifier("pw");
+        let b = verifier("pw");
+        assert_ne!(a, b);
+        assert!(a.starts_with("SCRAM-SHA-256$4096:"));
+        assert!(!a.contains("pw"));
+    }
+}
