@@ -9,14 +9,17 @@
 use super::extract::{ApiJson, RequestId};
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
-use crate::backends::Grant;
+use crate::backends::{BackendError, Grant};
 use crate::capability::{self, CapabilityClaims, TokenError};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::keys::jwt::JwtError;
 use crate::keys::manage;
-use crate::store::capabilities::{ConsumeOutcome, ConsumeUse, FailLease, LeaseRecord};
+use crate::store::capabilities::{
+    lease_revoked, ConsumeOutcome, ConsumeUse, FailLease, LeaseRecord,
+};
+use crate::store::revocations::RearmRevocation;
 use crate::store::runs::RunState;
 use crate::store::writer::AppendAudit;
 use axum::extract::State;
@@ -174,6 +177,22 @@ pub async fn exchange(
         now,
     };
     match backend.issue(grant).await {
+        Ok(_) if downstream_ref.is_some() && lease_revoked_meanwhile(&app, &lease_id).await? => {
+            // The run ended (or the capability was revoked) while the user was
+            // being created: its removal may already have run and missed it.
+            app.store
+                .writer()
+                .submit(RearmRevocation {
+                    lease_id: lease_id.clone(),
+                })
+                .await?;
+            app.revocation_wakeup.notify_one();
+            app.metrics.exchange("revoked_during_issue");
+            Err(ApiError::forbidden(
+                "lease_revoked",
+                "the capability or its run was revoked while the credential was issued",
+            ))
+        }
         Ok(issued) => {
             app.metrics.exchange("ok");
             Ok(Json(ExchangeResponse {
@@ -186,15 +205,28 @@ pub async fn exchange(
         }
         Err(e) => {
             tracing::error!(error = %e, backend = backend_name, "backend could not issue");
-            app.metrics.exchange("backend_unavailable");
+            let rejected = matches!(e, BackendError::Rejected(_));
+            let reason = if rejected {
+                "backend_rejected"
+            } else {
+                "backend_unavailable"
+            };
+            app.metrics.exchange(reason);
             audit.event = events::LEASE_FAILED;
             audit.decision = "error";
-            audit.reason = Some("backend_unavailable".into());
+            audit.reason = Some(reason.into());
             app.store
                 .writer()
                 .submit(FailLease { lease_id, audit })
                 .await?;
             app.revocation_wakeup.notify_one();
+            if rejected {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "backend_rejected",
+                    "the downstream backend refused this grant (does the resource exist?)",
+                ));
+            }
             Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "backend_unavailable",
@@ -202,4 +234,12 @@ pub async fn exchange(
             ))
         }
     }
+}
+
+/// Whether the lease was revoked while its credential was being issued.
+async fn lease_revoked_meanwhile(app: &AppState, lease_id: &str) -> Result<bool, ApiError> {
+    Ok(matches!(
+        lease_revoked(&app.store, lease_id).await?,
+        Some(Some(_))
+    ))
 }
