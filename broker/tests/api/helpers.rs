@@ -75,7 +75,68 @@ audience = "https://billing.internal"
 actions = ["read", "write"]
 "#;
 
+/// Database backends, added by [`TestApp::spawn_db`]: the real PostgreSQL and
+/// MariaDB servers on this machine, URLs from the environment like a deployment.
+pub const DB_CONFIG: &str = r#"
+[backends.pg-test]
+kind = "postgres"
+url_env = "TESSERA_TEST_BACKEND_PG"
+
+[backends.my-test]
+kind = "mysql"
+url_env = "TESSERA_TEST_BACKEND_MY"
+"#;
+
+pub const DB_POLICY: &str = r#"
+@id("db-analysts") @ttl("10m") @uses("5")
+permit (principal in Tessera::Group::"analysts",
+        action in [Tessera::Action::"select", Tessera::Action::"insert"], resource)
+when { resource.kind == "postgres" || resource.kind == "mysql" };
+
+@id("db-dora-fifty") @ttl("10m") @uses("50")
+permit (principal == Tessera::User::"dora", action == Tessera::Action::"select", resource)
+when { resource.kind == "postgres" || resource.kind == "mysql" };
+
+@id("db-ursula-scale") @ttl("1h") @uses("10000")
+permit (principal == Tessera::User::"ursula", action == Tessera::Action::"select", resource)
+when { resource.backend == "pg-test" };
+"#;
+
+/// The MariaDB server the database-backend tests use (`TESSERA_TEST_MYSQL_URL`).
+pub fn mysql_url() -> String {
+    std::env::var("TESSERA_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// Where the database backends of a [`TestApp::spawn_db`] broker point.
+#[derive(Debug, Clone)]
+pub struct DbBackends {
+    pub pg: String,
+    pub mysql: String,
+}
+
+impl Default for DbBackends {
+    fn default() -> Self {
+        DbBackends {
+            pg: pg_url(),
+            mysql: mysql_url(),
+        }
+    }
+}
+
+fn policy_text(db: bool) -> String {
+    if db {
+        format!("{TEST_POLICY}\n{DB_POLICY}")
+    } else {
+        TEST_POLICY.to_owned()
+    }
+}
+
 pub fn test_policy() -> PolicyEngine {
+    test_policy_with(false)
+}
+
+fn test_policy_with(db: bool) -> PolicyEngine {
     let schema = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../policy/schema.cedarschema"
@@ -83,21 +144,21 @@ pub fn test_policy() -> PolicyEngine {
     .expect("shipped schema");
     PolicyEngine::from_sources(
         &schema,
-        &[("test.cedar".to_owned(), TEST_POLICY.to_owned())],
+        &[("test.cedar".to_owned(), policy_text(db))],
         TEST_ENTITIES,
     )
     .expect("test policy loads")
 }
 
 /// Writes the test policy set into `dir` (what a reload will read).
-pub fn write_policy_dir(dir: &std::path::Path) {
+fn write_policy_dir_with(dir: &std::path::Path, db: bool) {
     std::fs::create_dir_all(dir).expect("policy dir");
     std::fs::copy(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../policy/schema.cedarschema"),
         dir.join("schema.cedarschema"),
     )
     .expect("schema");
-    std::fs::write(dir.join("test.cedar"), TEST_POLICY).expect("policy");
+    std::fs::write(dir.join("test.cedar"), policy_text(db)).expect("policy");
     std::fs::write(dir.join("entities.json"), TEST_ENTITIES).expect("entities");
 }
 
@@ -108,6 +169,8 @@ pub struct TestApp {
     pub admin_token: String,
     store_url: String,
     kek: String,
+    db_backends: Option<DbBackends>,
+    server: tokio::task::JoinHandle<()>,
     _dir: TempDir,
 }
 
@@ -152,6 +215,24 @@ impl TestApp {
 
     /// `pg_server`: where PostgreSQL is reached (e.g. through a test proxy).
     pub async fn spawn_with(db: Db, pg_server: Option<String>) -> TestApp {
+        Self::spawn_inner(db, pg_server, None).await
+    }
+
+    /// A broker that also has the database backends `pg-test` (PostgreSQL) and
+    /// `my-test` (MariaDB) and the database policies ([`DB_POLICY`]).
+    pub async fn spawn_db(db: Db) -> TestApp {
+        Self::spawn_db_with(db, DbBackends::default()).await
+    }
+
+    pub async fn spawn_db_with(db: Db, backends: DbBackends) -> TestApp {
+        Self::spawn_inner(db, None, Some(backends)).await
+    }
+
+    async fn spawn_inner(
+        db: Db,
+        pg_server: Option<String>,
+        db_backends: Option<DbBackends>,
+    ) -> TestApp {
         tessera_broker::server::install_crypto_provider();
         let dir = TempDir::new();
         let store_url = match db {
@@ -165,8 +246,27 @@ impl TestApp {
             store_url,
             kek.to_string(),
             admin.expose_secret().to_owned(),
+            db_backends,
         )
         .await
+    }
+
+    /// Stops this broker (server and state dropped, nothing settled) and starts
+    /// a new one on the same store, keys and configuration: a restart.
+    pub async fn restart(self) -> TestApp {
+        self.server.abort();
+        let _ = self.server.await;
+        let TestApp {
+            state,
+            store_url,
+            kek,
+            admin_token,
+            db_backends,
+            _dir,
+            ..
+        } = self;
+        drop(state);
+        Self::start(_dir, store_url, kek, admin_token, db_backends).await
     }
 
     /// A second broker on the same store, KEK and admin token: another replica.
@@ -176,16 +276,35 @@ impl TestApp {
             self.store_url.clone(),
             self.kek.clone(),
             self.admin_token.clone(),
+            self.db_backends.clone(),
         )
         .await
     }
 
-    async fn start(dir: TempDir, store_url: String, kek: String, admin: String) -> TestApp {
+    async fn start(
+        dir: TempDir,
+        store_url: String,
+        kek: String,
+        admin: String,
+        db_backends: Option<DbBackends>,
+    ) -> TestApp {
         let url = store_url.clone();
-        let env = move |k: &str| (k == "TESSERA_STORE_URL").then(|| url.clone());
-        write_policy_dir(&dir.0.join("policy"));
+        let backends = db_backends.clone();
+        let env = move |k: &str| match (k, &backends) {
+            ("TESSERA_STORE_URL", _) => Some(url.clone()),
+            ("TESSERA_TEST_BACKEND_PG", Some(b)) => Some(b.pg.clone()),
+            ("TESSERA_TEST_BACKEND_MY", Some(b)) => Some(b.mysql.clone()),
+            _ => None,
+        };
+        let with_db = db_backends.is_some();
+        write_policy_dir_with(&dir.0.join("policy"), with_db);
+        let config_text = if with_db {
+            format!("{TEST_CONFIG}\n{DB_CONFIG}")
+        } else {
+            TEST_CONFIG.to_owned()
+        };
         let config = Config::from_toml(
-            TEST_CONFIG,
+            &config_text,
             &Overrides {
                 dev: true,
                 data_dir: Some(dir.0.clone()),
@@ -198,7 +317,7 @@ impl TestApp {
         let state = App::build(
             config,
             Kek::from_base64(&kek).expect("kek"),
-            test_policy(),
+            test_policy_with(with_db),
             Some(tessera_broker::ids::sha256_hex(admin.as_bytes())),
             Clock::new(),
         )
@@ -209,7 +328,7 @@ impl TestApp {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let router = tessera_broker::api::router(state.clone());
-        tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
         TestApp {
@@ -219,6 +338,8 @@ impl TestApp {
             admin_token: admin,
             store_url,
             kek,
+            db_backends,
+            server,
             _dir: dir,
         }
     }
