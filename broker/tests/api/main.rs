@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 mod audit_log;
 mod capabilities;
+mod db_mysql;
 mod db_postgres;
 mod exchange;
 mod inputs;

@@ -81,7 +81,7 @@ async fn drop_batch(pool: &MySqlPool, users: &[&String]) -> Result<(), BackendEr
     .await
     .map_err(super::classify)?;
     for row in sessions {
-        let id: u64 = row.try_get(0).map_err(super::classify)?;
+        let id: i64 = row.try_get(0).map_err(super::classify)?;
         if let Err(e) = sqlx::raw_sql(&format!("KILL CONNECTION {id}"))
             .execute(pool)
             .await
