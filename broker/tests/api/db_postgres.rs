@@ -619,3 +619,71 @@ async fn pg_missing_table_is_422_and_leaves_nothing() {
     assert!(fx.role_count().await <= before + 1);
     fx.cleanup().await;
 }
+
+/// The target of issue 4: 10,000 live users on one table. Through the real
+/// exchange path (8 concurrent clients), then a sample logs in and reads, then
+/// one run end removes them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_ten_thousand_live_users_on_one_table() {
+    const USERS: usize = 10_000;
+    let fx = PgFixture::new().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (key, run_id, token) = app.run_for("ursula").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    assert_eq!(cap["uses"], USERS as u64);
+    let capability = cap["token"].as_str().unwrap().to_owned();
+    let started = std::time::Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let clients = (0..8).map(|_| async {
+        let mut dsns = vec![];
+        while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < USERS {
+            let resp = app.exchange(&capability).await;
+            let status = resp.status();
+            let v: Value = resp.json().await.unwrap();
+            assert_eq!(status, StatusCode::OK, "{v}");
+            dsns.push(v["dsn"].as_str().unwrap().to_owned());
+        }
+        dsns
+    });
+    let dsns: Vec<String> = futures_util::future::join_all(clients)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let issued_in = started.elapsed();
+    assert_eq!(dsns.len(), USERS);
+    let prefix = format!("tsr_{}_%", run_id.replace('-', ""));
+    let live = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_roles WHERE rolname LIKE $1")
+            .bind(&prefix)
+            .fetch_one(&fx.admin)
+            .await
+            .unwrap()
+    };
+    assert_eq!(live().await, USERS as i64);
+    for dsn in dsns.iter().step_by(USERS / 20) {
+        let mut conn = PgConnection::connect(dsn).await.unwrap();
+        assert_eq!(
+            select(&mut conn, &format!("{}.granted", fx.schema))
+                .await
+                .unwrap(),
+            1
+        );
+        conn.close().await.unwrap();
+    }
+    let started = std::time::Instant::now();
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        USERS
+    );
+    let revoked_in = started.elapsed();
+    assert_eq!(live().await, 0);
+    eprintln!("{USERS} users: issued in {issued_in:?}, run end + removal in {revoked_in:?}");
+    fx.cleanup().await;
+}
