@@ -265,6 +265,12 @@ async fn pg_issued_user_gets_exactly_one_grant() {
             .unwrap(),
         3
     );
+    // No password, verifier or privileged URL in the audit log.
+    let audit = serde_json::to_string(&app.audit("limit=500").await).unwrap();
+    assert!(audit.contains(user), "the user name is audited");
+    for secret in [password, "tsr_pw_", "SCRAM-SHA-256", "postgres://"] {
+        assert!(!audit.contains(secret), "{secret} in the audit log");
+    }
     fx.cleanup().await;
 }
 

@@ -23,6 +23,7 @@ use crate::config::DatabaseBackendConfig;
 use crate::store::writer::BoxFuture;
 use secrecy::ExposeSecret;
 use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
+use sqlx::ConnectOptions;
 use std::time::Duration;
 
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -67,7 +68,12 @@ impl MysqlBackend {
         let pool = MySqlPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_lazy_with(options.statement_cache_capacity(16));
+            .connect_lazy_with(
+                // The password hash is in CREATE USER: keep statements out of logs.
+                options
+                    .statement_cache_capacity(16)
+                    .disable_statement_logging(),
+            );
         Ok(MysqlBackend {
             pool,
             database: config.database.clone(),

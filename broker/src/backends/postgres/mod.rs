@@ -25,6 +25,7 @@ use crate::config::DatabaseBackendConfig;
 use crate::store::writer::BoxFuture;
 use secrecy::ExposeSecret;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::ConnectOptions;
 use std::time::Duration;
 
 /// How long an exchange waits for a connection before answering 503.
@@ -61,9 +62,13 @@ impl PostgresBackend {
             .expose_secret()
             .parse()
             .map_err(|_| BackendError::Unavailable("invalid postgres URL".into()))?;
+        // Statement logging off: CREATE ROLE carries a verifier, which is not the
+        // password but is no business of a log either (sqlx logs slow statements
+        // at WARN with their full text).
         let options = options
             .application_name("tessera-broker")
-            .options([("statement_timeout", "30s"), ("lock_timeout", "10s")]);
+            .options([("statement_timeout", "30s"), ("lock_timeout", "10s")])
+            .disable_statement_logging();
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
