@@ -48,11 +48,9 @@ pub struct Resource<'a> {
     pub path: &'a str,
 }
 
-/// Whether database paths may name every table of a schema (`*`). Off: a Cedar
-/// `like "db.schema.*"` pattern matches the literal `*` too, so a policy written
-/// for "any one table" would grant all of them at once, forbids on single tables
-/// notwithstanding. See docs/backends/databases.md.
-const ALL_TABLES: bool = false;
+/// Database paths may name every table of a schema (`*`); policy then decides
+/// whether a permit grants it explicitly (`PolicyEngine::evaluate_all_tables`).
+const ALL_TABLES: bool = true;
 
 /// Backend instance names: 1-63 of `[a-z0-9-]`, starting with a letter.
 pub fn is_backend_name(s: &str) -> bool {
@@ -243,9 +241,11 @@ mod tests {
         assert_eq!((r.kind, r.path), ("postgres", "analytics.public.orders"));
         assert!(parse("pg:analytics.public.orders", "delete", &b).is_ok());
         assert_eq!(parse("my:shop.orders", "select", &b).unwrap().kind, "mysql");
+        assert!(parse("pg:analytics.public.*", "select", &b).is_ok());
+        assert!(parse("my:shop.*", "select", &b).is_ok());
         let cases = [
             ("pg:analytics.orders", "select", ResourceError::Path),
-            ("pg:analytics.public.*", "select", ResourceError::Path),
+            ("pg:analytics.*.orders", "select", ResourceError::Path),
             ("pg:analytics.public.o'rders", "select", ResourceError::Path),
             (
                 "pg:analytics.public.orders;--",

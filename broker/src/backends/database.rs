@@ -88,6 +88,13 @@ pub fn parse_path(dialect: Dialect, path: &str, allow_all_tables: bool) -> Optio
     })
 }
 
+/// Whether a validated resource of `kind` names every table (`….*`): such a
+/// request needs a permit that names it explicitly
+/// (`PolicyEngine::evaluate_all_tables`).
+pub fn names_all_tables(kind: &str, path: &str) -> bool {
+    matches!(kind, "postgres" | "mysql") && path.ends_with(".*")
+}
+
 /// The database actions and the SQL privilege each grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Privilege {

@@ -303,7 +303,8 @@ async fn my_hostile_resource_names_are_refused_before_any_sql() {
         "my-test:test.t--".to_owned(),
         "my-test:test.tä".to_owned(),
         format!("my-test:test.{long}"),
-        "my-test:test.*".to_owned(),
+        "my-test:test.t*".to_owned(),
+        "my-test:*.t".to_owned(),
         "my-test:test.public.t".to_owned(),
         "my-test:mysql.user".to_owned(),
     ] {

@@ -467,7 +467,8 @@ async fn pg_hostile_resource_names_are_refused_before_any_sql() {
         format!("pg-test:postgres.{s}.gränted"),
         format!("pg-test:postgres.{s}.{long}"),
         format!("pg-test:postgres.{s}.granted.extra"),
-        format!("pg-test:postgres.{s}.*"),
+        format!("pg-test:postgres.{s}.gran*"),
+        "pg-test:postgres.*.granted".to_owned(),
         format!("pg-test:postgres.{s}"),
         format!("pg-test:postgres.{s}.gran ted"),
         format!("pg-test:postgres.{s}.granted\u{0}"),
@@ -691,5 +692,89 @@ async fn pg_ten_thousand_live_users_on_one_table() {
     let revoked_in = started.elapsed();
     assert_eq!(live().await, 0);
     eprintln!("{USERS} users: issued in {issued_in:?}, run end + removal in {revoked_in:?}");
+    fx.cleanup().await;
+}
+
+/// `database.schema.*` (every table of a schema) needs a permit that names the
+/// wildcard itself: a permit for "any one table" does not grant all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_all_tables_only_by_an_explicit_permit() {
+    let fx = PgFixture::new().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let all = fx.resource("*");
+
+    // alice's permit matches any postgres path ("db-analysts"), so it matches
+    // the literal `*` too, but it does not name it: refused.
+    let (_k, _r, alice) = app.run_for("alice").await;
+    assert!(app
+        .capability(&alice, "select", &fx.resource("other"))
+        .await
+        .status()
+        .is_success());
+    assert_error(
+        app.capability(&alice, "select", &all).await,
+        StatusCode::FORBIDDEN,
+        "capability_denied",
+    )
+    .await;
+
+    // erin's permit says `like "postgres.tsr_t_*.\*"`: the wildcard, explicitly.
+    let (key, run_id, erin) = app.run_for("erin").await;
+    assert_error(
+        app.capability(&erin, "select", &fx.resource("granted"))
+            .await,
+        StatusCode::FORBIDDEN,
+        "capability_denied",
+    )
+    .await;
+    let cap = app.capability_ok(&erin, "select", &all).await;
+    let v = exchange_ok(&app, &cap).await;
+    let s = &fx.schema;
+    // A table created after the group was first set up is covered by the next exchange.
+    sqlx::raw_sql(&format!("CREATE TABLE {s}.later (id int)"))
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+    let later = exchange_ok(&app, &cap).await;
+    for (dsn, tables) in [
+        (v["dsn"].as_str().unwrap(), vec!["granted", "other"]),
+        (
+            later["dsn"].as_str().unwrap(),
+            vec!["granted", "other", "later"],
+        ),
+    ] {
+        let mut conn = PgConnection::connect(dsn).await.unwrap();
+        for t in tables {
+            select(&mut conn, &format!("{s}.{t}")).await.unwrap();
+        }
+        assert!(denied(
+            select(&mut conn, &format!("{s}_b.granted"))
+                .await
+                .unwrap_err()
+        ));
+        assert!(denied(
+            sqlx::raw_sql(&format!("DELETE FROM {s}.granted"))
+                .execute(&mut conn)
+                .await
+                .unwrap_err()
+        ));
+        conn.close().await.unwrap();
+    }
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        2
+    );
+    let path = parse_path(Dialect::Postgres, &format!("postgres.{s}.*"), true).unwrap();
+    let group = group_name(Dialect::Postgres, &path, Privilege::Select);
+    sqlx::raw_sql(&format!(
+        "DROP OWNED BY \"{group}\"; DROP ROLE \"{group}\";"
+    ))
+    .execute(&fx.admin)
+    .await
+    .unwrap();
     fx.cleanup().await;
 }

@@ -97,6 +97,10 @@ when { resource.kind == "postgres" || resource.kind == "mysql" };
 permit (principal == Tessera::User::"dora", action == Tessera::Action::"select", resource)
 when { resource.kind == "postgres" || resource.kind == "mysql" };
 
+@id("db-erin-all-tables") @ttl("10m") @uses("5")
+permit (principal == Tessera::User::"erin", action == Tessera::Action::"select", resource)
+when { resource.kind == "postgres" && resource.path like "postgres.tsr_t_*.\*" };
+
 @id("db-ursula-scale") @ttl("1h") @uses("10000")
 permit (principal == Tessera::User::"ursula", action == Tessera::Action::"select", resource)
 when { resource.backend == "pg-test" };

@@ -123,7 +123,7 @@ impl Backend for MysqlBackend {
         Box::pin(async move {
             let privilege = Privilege::from_action(&grant.claims.act)
                 .ok_or_else(|| BackendError::Rejected("not a database action".into()))?;
-            let path = database::parse_path(Dialect::Mysql, grant.path, false)
+            let path = database::parse_path(Dialect::Mysql, grant.path, true)
                 .ok_or_else(|| BackendError::Rejected("not a mysql resource path".into()))?;
             let user = grant
                 .downstream_ref

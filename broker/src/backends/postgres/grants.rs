@@ -44,14 +44,20 @@ impl Groups {
         // Held across creation: first uses of a resource are rare, and serialising
         // them keeps two requests of this process from racing on one ACL.
         let mut known = self.known.lock().await;
-        if known.contains(&name) {
+        let created = known.contains(&name);
+        // `ALL TABLES IN SCHEMA` covers the tables that exist when it runs: a
+        // schema-wide group is granted again on every use, so tables created since
+        // are included. A one-table group needs it once.
+        if created && matches!(path.table, Table::Named(_)) {
             return Ok(name);
         }
-        let create = format!("CREATE ROLE {} NOLOGIN", ident(&name).map_err(quote_error)?);
-        match sqlx::raw_sql(&create).execute(pool).await {
-            Ok(_) => {}
-            Err(e) if has_code(&e, &[DUPLICATE_OBJECT, UNIQUE_VIOLATION]) => {}
-            Err(e) => return Err(super::classify(e)),
+        if !created {
+            let create = format!("CREATE ROLE {} NOLOGIN", ident(&name).map_err(quote_error)?);
+            match sqlx::raw_sql(&create).execute(pool).await {
+                Ok(_) => {}
+                Err(e) if has_code(&e, &[DUPLICATE_OBJECT, UNIQUE_VIOLATION]) => {}
+                Err(e) => return Err(super::classify(e)),
+            }
         }
         let grants = grant_sql(&name, path, privilege).map_err(quote_error)?;
         let mut attempt = 0;

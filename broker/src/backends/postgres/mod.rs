@@ -131,7 +131,7 @@ impl Backend for PostgresBackend {
         Box::pin(async move {
             let privilege = Privilege::from_action(&grant.claims.act)
                 .ok_or_else(|| BackendError::Rejected("not a database action".into()))?;
-            let path = database::parse_path(Dialect::Postgres, grant.path, false)
+            let path = database::parse_path(Dialect::Postgres, grant.path, true)
                 .ok_or_else(|| BackendError::Rejected("not a postgres resource path".into()))?;
             let user = grant
                 .downstream_ref
