@@ -1,6 +1,8 @@
 //! Admin commands: HTTP calls to a running broker with the admin token.
 
-use super::{CapabilitiesCommand, Command, KeysCommand, Remote, RunsCommand, RuntimesCommand};
+use super::{
+    CapabilitiesCommand, Command, KeysCommand, LeasesCommand, Remote, RunsCommand, RuntimesCommand,
+};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::process::ExitCode;
@@ -124,6 +126,34 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                     "state",
                     "created_at",
                     "expires_at",
+                ],
+            );
+        }
+        Command::Leases(LeasesCommand::List {
+            stuck,
+            limit,
+            remote,
+        }) => {
+            let query = [("stuck", stuck.to_string()), ("limit", limit.to_string())];
+            let v = call(
+                &remote,
+                reqwest::Method::GET,
+                &format!("/v1/admin/leases?{}", query_string(&query)),
+                None,
+            )
+            .await?;
+            print_table(
+                &remote,
+                &v,
+                "revocations",
+                &[
+                    "lease_id",
+                    "backend",
+                    "downstream_ref",
+                    "reason",
+                    "attempts",
+                    "next_attempt_at",
+                    "last_error",
                 ],
             );
         }

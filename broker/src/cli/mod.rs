@@ -36,6 +36,9 @@ pub enum Command {
     /// Revoke capabilities.
     #[command(subcommand)]
     Capabilities(CapabilitiesCommand),
+    /// Downstream removals (database users, …) still pending.
+    #[command(subcommand)]
+    Leases(LeasesCommand),
     /// Manage signing keys.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -152,6 +155,21 @@ pub enum CapabilitiesCommand {
     /// Revoke one capability and its leases.
     Revoke {
         id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LeasesCommand {
+    /// List leases whose downstream removal is still pending (oldest first).
+    List {
+        /// Only those that failed at least 3 times.
+        #[arg(long)]
+        stuck: bool,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
         #[command(flatten)]
         remote: Remote,
     },

@@ -555,6 +555,29 @@ async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
     let failures = app.audit("event=lease.revocation_failed").await;
     assert_eq!(failures.len(), 2);
 
+    // Still failing after three attempts: stuck, and listed as such.
+    for _ in 0..2 {
+        app.state.clock.advance(std::time::Duration::from_secs(60));
+        assert_eq!(
+            tessera_broker::revocation::run_once(&app.state)
+                .await
+                .unwrap(),
+            0
+        );
+    }
+    let listed: Value = app
+        .get("/v1/admin/leases?stuck=true", Some(&app.admin_token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let listed = listed["revocations"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed
+        .iter()
+        .all(|r| r["stuck"] == true && r["attempts"] == 3));
+    assert!(listed.iter().any(|r| r["downstream_ref"] == user.as_str()));
+
     proxy.restore().await;
     app.state.clock.advance(std::time::Duration::from_secs(60));
     assert_eq!(
@@ -567,6 +590,13 @@ async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
         !fx.role_exists(&user).await,
         "removed once the server is back"
     );
+    let listed: Value = app
+        .get("/v1/admin/leases", Some(&app.admin_token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["revocations"], serde_json::json!([]));
     fx.cleanup().await;
 }
 
