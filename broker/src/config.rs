@@ -104,6 +104,7 @@ struct RawBackend {
     public_port: Option<u16>,
     connection_limit: Option<u32>,
     max_connections: Option<u32>,
+    scram_iterations: Option<u32>,
 }
 
 /// Server-wide caps that bound every policy's annotations.
@@ -173,6 +174,8 @@ pub struct DatabaseBackendConfig {
     pub connection_limit: u32,
     /// Size of the broker's pool to this server.
     pub max_connections: u32,
+    /// PBKDF2 iterations of the SCRAM-SHA-256 verifiers sent to PostgreSQL.
+    pub scram_iterations: u32,
     /// Allowed actions (default: all of `select`, `insert`, `update`, `delete`).
     pub actions: Option<Vec<String>>,
 }
@@ -186,6 +189,7 @@ impl std::fmt::Debug for DatabaseBackendConfig {
             .field("public_port", &self.public_port)
             .field("connection_limit", &self.connection_limit)
             .field("max_connections", &self.max_connections)
+            .field("scram_iterations", &self.scram_iterations)
             .field("actions", &self.actions)
             .finish()
     }
@@ -653,6 +657,22 @@ fn resolve_database(
             "must be between 1 and 64",
         ));
     }
+    let scram_iterations = match (dialect, b.scram_iterations) {
+        (_, None) => crate::backends::postgres::scram::ITERATIONS,
+        (DbDialect::Mysql, Some(_)) => {
+            return Err(err(
+                &format!("{setting}.scram_iterations"),
+                "only for kind \"postgres\"",
+            ))
+        }
+        (DbDialect::Postgres, Some(n)) if (1..=1_000_000).contains(&n) => n,
+        (DbDialect::Postgres, Some(_)) => {
+            return Err(err(
+                &format!("{setting}.scram_iterations"),
+                "must be between 1 and 1000000",
+            ))
+        }
+    };
     if let Some(actions) = &b.actions {
         for a in actions {
             if !crate::backends::database::ACTIONS.contains(&a.as_str()) {
@@ -670,6 +690,7 @@ fn resolve_database(
         public_port,
         connection_limit,
         max_connections,
+        scram_iterations,
         actions: b.actions,
     })
 }
@@ -693,10 +714,11 @@ fn resolve_backend(
                 || b.public_port.is_some()
                 || b.connection_limit.is_some()
                 || b.max_connections.is_some()
+                || b.scram_iterations.is_some()
             {
                 return Err(err(
                     setting,
-                    "url_env, url_file, public_host, public_port, connection_limit and max_connections are only for database kinds",
+                    "url_env, url_file, public_host, public_port, connection_limit, max_connections and scram_iterations are only for database kinds",
                 ));
             }
             let audience = b.audience.ok_or_else(|| {

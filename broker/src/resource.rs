@@ -220,6 +220,7 @@ mod tests {
                 public_port: 5432,
                 connection_limit: 2,
                 max_connections: 4,
+                scram_iterations: 4096,
                 actions,
             };
         BTreeMap::from([

@@ -37,6 +37,7 @@ pub struct PostgresBackend {
     public_host: String,
     public_port: u16,
     connection_limit: u32,
+    scram_iterations: u32,
     groups: grants::Groups,
 }
 
@@ -79,6 +80,7 @@ impl PostgresBackend {
             public_host: config.public_host.clone(),
             public_port: config.public_port,
             connection_limit: config.connection_limit,
+            scram_iterations: config.scram_iterations,
             groups: grants::Groups::default(),
         })
     }
@@ -99,9 +101,10 @@ impl PostgresBackend {
         }
         let group = self.groups.ensure(&self.pool, path, privilege).await?;
         // PBKDF2 with 4096 rounds is ~1 ms of CPU: off the async workers.
-        let (password, verifier) = tokio::task::spawn_blocking(|| {
+        let iterations = self.scram_iterations;
+        let (password, verifier) = tokio::task::spawn_blocking(move || {
             let password = database::new_password();
-            let verifier = scram::verifier(password.expose_secret());
+            let verifier = scram::verifier(password.expose_secret(), iterations);
             (password, verifier)
         })
         .await
