@@ -13,6 +13,7 @@
 //!
 //! `bench/db.sh` runs it in release mode. Loopback only; cleans up after itself.
 
+use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor, PgConnection};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,21 +44,27 @@ async fn main() -> anyhow::Result<()> {
     let clients = env_or("CLIENTS", 16);
     let issue = env_or("ISSUE", 4000);
     let hold = env_or("HOLD", 1000);
+    let iterations = env_or("SCRAM_ITERATIONS", 4096) as u32;
+    println!("{clients} clients, {issue} credentials, run end with {hold} users, SCRAM iterations {iterations}");
     tessera_broker::server::install_crypto_provider();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
 
-    let mut admin = PgConnection::connect(&pg).await?;
-    admin
-        .execute(
-            "DROP SCHEMA IF EXISTS tsr_bench CASCADE; CREATE SCHEMA tsr_bench; \
+    let mut sql = PgConnection::connect(&pg).await?;
+    sql.execute(
+        "DROP SCHEMA IF EXISTS tsr_bench CASCADE; CREATE SCHEMA tsr_bench; \
              CREATE TABLE tsr_bench.orders (id int); INSERT INTO tsr_bench.orders VALUES (1);",
-        )
-        .await?;
+    )
+    .await?;
 
     let dir = std::env::temp_dir().join(format!("tessera-db-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let (app, base) = start_broker(&dir, &pg).await?;
+    let admin = tessera_broker::ids::new_secret(tessera_broker::ids::ADMIN_TOKEN_PREFIX);
+    let admin_token = admin.expose_secret().to_owned();
+    let (app, base) = start_broker(&dir, &pg, &admin_token, iterations).await?;
     let http = reqwest::Client::new();
-    let admin_token = "tsr_adm_bench".to_owned();
     let rt = post(
         &http,
         &base,
@@ -94,7 +101,7 @@ async fn main() -> anyhow::Result<()> {
     let end_secs = started.elapsed().as_secs_f64();
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_roles WHERE rolname LIKE $1")
         .bind(format!("tsr_{}_%", run2.replace('-', "")))
-        .fetch_one(&mut admin)
+        .fetch_one(&mut sql)
         .await?;
     let mut cut = 0;
     for mut s in sessions {
@@ -112,9 +119,19 @@ async fn main() -> anyhow::Result<()> {
         "SELECT rolname::text FROM pg_roles WHERE rolname LIKE 'tsr\\_g\\_%' AND \
          has_table_privilege(oid, 'tsr_bench.orders', 'SELECT') LIMIT 1",
     )
-    .fetch_one(&mut admin)
+    .fetch_one(&mut sql)
     .await?;
-    let verifier = tessera_broker::backends::postgres::scram::verifier("bench");
+    let started = Instant::now();
+    for _ in 0..200 {
+        std::hint::black_box(tessera_broker::backends::postgres::scram::verifier(
+            "bench", iterations,
+        ));
+    }
+    println!(
+        "cost: one SCRAM-SHA-256 verifier ({iterations} iterations) = {:.0} µs of CPU",
+        started.elapsed().as_secs_f64() * 1e6 / 200.0
+    );
+    let verifier = tessera_broker::backends::postgres::scram::verifier("bench", iterations);
     let next = AtomicUsize::new(0);
     let started = Instant::now();
     let workers = (0..clients).map(|_| async {
@@ -140,14 +157,14 @@ async fn main() -> anyhow::Result<()> {
     );
     let raw: Vec<String> =
         sqlx::query_scalar("SELECT rolname::text FROM pg_roles WHERE rolname LIKE 'tsr\\_raw\\_%'")
-            .fetch_all(&mut admin)
+            .fetch_all(&mut sql)
             .await?;
     let mut dropped_first = None;
     for chunk in raw.chunks(hold) {
         let list: Vec<String> = chunk.iter().map(|r| format!("\"{r}\"")).collect();
         let started = Instant::now();
         sqlx::raw_sql(&format!("DROP ROLE {}", list.join(", ")))
-            .execute(&mut admin)
+            .execute(&mut sql)
             .await?;
         dropped_first.get_or_insert((chunk.len(), started.elapsed()));
     }
@@ -158,9 +175,8 @@ async fn main() -> anyhow::Result<()> {
         );
     }
 
-    admin.execute("DROP SCHEMA tsr_bench CASCADE").await?;
-    admin
-        .execute(format!("DROP OWNED BY \"{group}\"; DROP ROLE \"{group}\"").as_str())
+    sql.execute("DROP SCHEMA tsr_bench CASCADE").await?;
+    sql.execute(format!("DROP OWNED BY \"{group}\"; DROP ROLE \"{group}\"").as_str())
         .await?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
@@ -169,6 +185,8 @@ async fn main() -> anyhow::Result<()> {
 async fn start_broker(
     dir: &std::path::Path,
     pg: &str,
+    admin_token: &str,
+    iterations: u32,
 ) -> anyhow::Result<(std::sync::Arc<App>, String)> {
     let schema = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -185,8 +203,11 @@ async fn start_broker(
         _ => None,
     };
     let config = Config::from_toml(
-        "[limits]\nmax_uses = 100000\nmax_rate = \"1000000/s\"\n\n\
-         [backends.pg-bench]\nkind = \"postgres\"\nurl_env = \"BENCH_PG_URL\"\nmax_connections = 8\n",
+        &format!(
+            "[limits]\nmax_uses = 100000\nmax_rate = \"1000000/s\"\n\n\
+             [backends.pg-bench]\nkind = \"postgres\"\nurl_env = \"BENCH_PG_URL\"\n\
+             max_connections = 16\nscram_iterations = {iterations}\n"
+        ),
         &Overrides {
             dev: true,
             data_dir: Some(dir.to_path_buf()),
@@ -200,7 +221,7 @@ async fn start_broker(
         config,
         kek,
         policy,
-        Some(tessera_broker::ids::sha256_hex(b"tsr_adm_bench")),
+        Some(tessera_broker::ids::sha256_hex(admin_token.as_bytes())),
         Clock::new(),
     )
     .await?;
@@ -299,6 +320,7 @@ async fn end_and_settle(
     run_id: &str,
     app: &App,
 ) -> anyhow::Result<()> {
+    let started = Instant::now();
     post(
         http,
         base,
@@ -307,9 +329,17 @@ async fn end_and_settle(
         Value::Null,
     )
     .await?;
+    let ended = started.elapsed();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        tessera_broker::revocation::run_once(app).await?;
+        let pass = Instant::now();
+        let n = tessera_broker::revocation::run_once(app).await?;
+        if std::env::var_os("VERBOSE").is_some() {
+            eprintln!(
+                "  run end request {ended:?}; worker pass: {n} users in {:?}",
+                pass.elapsed()
+            );
+        }
         let pending = tessera_broker::store::revocations::pending(&app.store, false, 1).await?;
         if pending.is_empty() {
             return Ok(());
