@@ -20,10 +20,29 @@ const DENIED: [u16; 2] = [1142, 1044];
 pub struct MyFixture {
     pub admin: MySqlPool,
     pub prefix: String,
+    _guard: Guard,
+}
+
+/// Tests that count every account ([`MyFixture::exclusive`]) run alone.
+static ACCOUNTS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Held, never read: it is the lock.
+#[allow(dead_code)]
+pub enum Guard {
+    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
+    Exclusive(tokio::sync::RwLockWriteGuard<'static, ()>),
 }
 
 impl MyFixture {
     pub async fn new() -> MyFixture {
+        Self::with_guard(Guard::Shared(ACCOUNTS.read().await)).await
+    }
+
+    pub async fn exclusive() -> MyFixture {
+        Self::with_guard(Guard::Exclusive(ACCOUNTS.write().await)).await
+    }
+
+    async fn with_guard(guard: Guard) -> MyFixture {
         let admin = MySqlPoolOptions::new()
             .max_connections(2)
             .connect(&mysql_url())
@@ -43,7 +62,11 @@ impl MyFixture {
         ] {
             sqlx::raw_sql(&sql).execute(&admin).await.unwrap();
         }
-        MyFixture { admin, prefix }
+        MyFixture {
+            admin,
+            prefix,
+            _guard: guard,
+        }
     }
 
     pub fn resource(&self, table: &str) -> String {
@@ -290,7 +313,7 @@ async fn my_fifty_parallel_exchanges_get_distinct_working_users() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn my_hostile_resource_names_are_refused_before_any_sql() {
-    let fx = MyFixture::new().await;
+    let fx = MyFixture::exclusive().await;
     let app = TestApp::spawn_db(Db::Sqlite).await;
     let (_key, _run, token) = app.run_for("alice").await;
     let before = fx.account_count().await;

@@ -28,12 +28,34 @@ both_stores!(
 pub struct PgFixture {
     pub admin: PgPool,
     pub schema: String,
+    _guard: Guard,
+}
+
+/// Tests that count every role on the server ([`PgFixture::exclusive`]) run
+/// alone; the others share. Without it, a parallel test creating roles would
+/// make "nothing was created" flaky.
+static ROLES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Held, never read: it is the lock.
+#[allow(dead_code)]
+pub enum Guard {
+    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
+    Exclusive(tokio::sync::RwLockWriteGuard<'static, ()>),
 }
 
 const SQLSTATE_PERMISSION_DENIED: &str = "42501";
 
 impl PgFixture {
     pub async fn new() -> PgFixture {
+        Self::with_guard(Guard::Shared(ROLES.read().await)).await
+    }
+
+    /// A fixture whose test may count every role: no other runs meanwhile.
+    pub async fn exclusive() -> PgFixture {
+        Self::with_guard(Guard::Exclusive(ROLES.write().await)).await
+    }
+
+    async fn with_guard(guard: Guard) -> PgFixture {
         let admin = PgPoolOptions::new()
             .max_connections(2)
             .connect(&pg_url())
@@ -53,7 +75,11 @@ impl PgFixture {
         .execute(&admin)
         .await
         .unwrap();
-        PgFixture { admin, schema }
+        PgFixture {
+            admin,
+            schema,
+            _guard: guard,
+        }
     }
 
     pub fn resource(&self, table: &str) -> String {
@@ -453,7 +479,7 @@ async fn pg_fifty_parallel_exchanges_get_distinct_working_users() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_hostile_resource_names_are_refused_before_any_sql() {
-    let fx = PgFixture::new().await;
+    let fx = PgFixture::exclusive().await;
     let app = TestApp::spawn_db(Db::Sqlite).await;
     let (_key, _run, token) = app.run_for("alice").await;
     let roles_before = fx.role_count().await;
@@ -628,7 +654,7 @@ async fn pg_revocation_survives_restart(plain: TestApp) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_missing_table_is_422_and_leaves_nothing() {
-    let fx = PgFixture::new().await;
+    let fx = PgFixture::exclusive().await;
     let app = TestApp::spawn_db(Db::Sqlite).await;
     let (_key, _run, token) = app.run_for("alice").await;
     let cap = app
