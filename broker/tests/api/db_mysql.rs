@@ -12,7 +12,6 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::mysql::{MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
 use sqlx::{Connection, MySqlConnection, Row};
-use tessera_broker::backends::database::{group_name, parse_path, Dialect, Privilege};
 
 /// ER_TABLEACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR.
 const DENIED: [u16; 2] = [1142, 1044];
@@ -100,16 +99,6 @@ impl MyFixture {
             format!("DROP DATABASE {p}_b"),
         ] {
             sqlx::raw_sql(&sql).execute(&self.admin).await.unwrap();
-        }
-        for table in ["granted", "other"] {
-            let path = parse_path(Dialect::Mysql, &format!("test.{p}_{table}"), false).unwrap();
-            for privilege in [Privilege::Select, Privilege::Insert] {
-                let role = group_name(Dialect::Mysql, &path, privilege);
-                sqlx::raw_sql(&format!("DROP ROLE IF EXISTS `{role}`"))
-                    .execute(&self.admin)
-                    .await
-                    .unwrap();
-            }
         }
     }
 }
@@ -392,5 +381,54 @@ async fn my_downstream_down_is_503_and_revocation_survives_restart() {
         2
     );
     assert!(!fx.user_exists(&user).await);
+    fx.cleanup().await;
+}
+
+/// The least privileges docs/backends/databases.md asks for are enough: an
+/// account with CREATE USER, CONNECTION ADMIN, PROCESS and the grant option on
+/// the table — not root — issues, and removes on run end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_least_privileged_broker_account_suffices() {
+    let fx = MyFixture::new().await;
+    let account = format!("{}_broker", fx.prefix);
+    for sql in [
+        format!("CREATE USER '{account}'@'%'"),
+        format!("GRANT CREATE USER, CONNECTION ADMIN, PROCESS ON *.* TO '{account}'@'%'"),
+        format!(
+            "GRANT SELECT ON {} TO '{account}'@'%' WITH GRANT OPTION",
+            fx.table("granted")
+        ),
+    ] {
+        sqlx::raw_sql(&sql).execute(&fx.admin).await.unwrap();
+    }
+    let backends = DbBackends {
+        mysql: mysql_url().replace("mysql://root@", &format!("mysql://{account}@")),
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let user = v["username"].as_str().unwrap().to_owned();
+    let mut open = MySqlConnection::connect(v["dsn"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(select(&mut open, &fx.table("granted")).await.unwrap(), 1);
+    end_run(&app, &key, &run_id).await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!fx.user_exists(&user).await);
+    assert!(select(&mut open, &fx.table("granted")).await.is_err());
+    drop(app);
+    sqlx::raw_sql(&format!("DROP USER '{account}'@'%'"))
+        .execute(&fx.admin)
+        .await
+        .unwrap();
     fx.cleanup().await;
 }

@@ -834,3 +834,66 @@ async fn pg_all_tables_only_by_an_explicit_permit() {
     .unwrap();
     fx.cleanup().await;
 }
+
+/// The least privileges docs/backends/databases.md asks for are enough: a
+/// broker account with CREATEROLE, pg_signal_backend and grant options on the
+/// table — not a superuser — issues, and removes on run end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_least_privileged_broker_account_suffices() {
+    let fx = PgFixture::new().await;
+    let s = &fx.schema;
+    let account = format!("{s}_broker");
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {account} LOGIN CREATEROLE; GRANT pg_signal_backend TO {account};
+         GRANT CONNECT ON DATABASE postgres TO {account} WITH GRANT OPTION;
+         GRANT USAGE ON SCHEMA {s} TO {account} WITH GRANT OPTION;
+         GRANT SELECT ON {s}.granted TO {account} WITH GRANT OPTION;"
+    ))
+    .execute(&fx.admin)
+    .await
+    .unwrap();
+    let backends = DbBackends {
+        pg: pg_url().replace("postgres://postgres@", &format!("postgres://{account}@")),
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let user = v["username"].as_str().unwrap().to_owned();
+    let mut open = PgConnection::connect(v["dsn"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(select(&mut open, &format!("{s}.granted")).await.unwrap(), 1);
+    // Not granted to the broker, so not grantable by it: refused, nothing left.
+    let other = app
+        .capability_ok(&token, "select", &fx.resource("other"))
+        .await;
+    let resp = app.exchange(other["token"].as_str().unwrap()).await;
+    assert!(resp.status().is_server_error() || resp.status().is_client_error());
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(!fx.role_exists(&user).await);
+    assert!(select(&mut open, "pg_class").await.is_err(), "session cut");
+    drop(app);
+    // The groups' grants were made by the broker's account: revoke its own
+    // privileges (cascading to what it granted) before the fixture's cleanup.
+    sqlx::raw_sql(&format!("DROP OWNED BY {account}"))
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+    let admin = fx.admin.clone();
+    fx.cleanup().await;
+    sqlx::raw_sql(&format!("DROP ROLE {account}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}

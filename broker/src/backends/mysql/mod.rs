@@ -4,14 +4,13 @@
 //!
 //! - [`quote`]: the one identifier, literal and account quoting functions;
 //! - [`native_password`]: the password hash sent instead of the password;
-//! - [`grants`]: broker-managed roles that hold the table privileges;
-//! - [`users`]: creating and removing the throw-away accounts.
+//! - [`users`]: creating (with their one grant) and removing the throw-away
+//!   accounts; why grants are direct here, not through roles as on PostgreSQL.
 //!
 //! MariaDB has no account expiry. The user is valid until its lease is
 //! revoked: by run end, capability revoke, or the expiry reaper, which is what
 //! makes the capability's expiry true downstream.
 
-pub mod grants;
 pub mod native_password;
 pub mod quote;
 pub mod users;
@@ -38,7 +37,6 @@ pub struct MysqlBackend {
     public_host: String,
     public_port: u16,
     connection_limit: u32,
-    roles: grants::Roles,
 }
 
 pub fn has_number(e: &sqlx::Error, numbers: &[u16]) -> bool {
@@ -80,7 +78,6 @@ impl MysqlBackend {
             public_host: config.public_host.clone(),
             public_port: config.public_port,
             connection_limit: config.connection_limit,
-            roles: grants::Roles::default(),
         })
     }
 
@@ -96,10 +93,9 @@ impl MysqlBackend {
                 "resource database is not this backend's".into(),
             ));
         }
-        let role = self.roles.ensure(&self.pool, path, privilege).await?;
         let password = database::new_password();
         let hash = native_password::hash(password.expose_secret());
-        let statements = users::create_sql(user, &hash, self.connection_limit, &role)
+        let statements = users::create_sql(user, &hash, self.connection_limit, path, privilege)
             .map_err(|e| BackendError::Rejected(e.to_string()))?;
         users::create(&self.pool, &statements).await?;
         Ok(password)

@@ -1,15 +1,26 @@
 //! Throw-away MariaDB/MySQL accounts: `'tsr_…'@'%'`, created per exchange.
 //!
 //! Created with the password's `mysql_native_password` hash (never the
-//! plaintext), a per-user connection limit, and the resource's role as default
-//! role. MariaDB has no account expiry: the broker's expiry reaper is what ends
-//! an expired user. Removal, per batch: `ALTER USER … ACCOUNT LOCK` (no new
+//! plaintext) and a per-user connection limit, then granted the one privilege
+//! on the one table (or `database.*`) directly.
+//!
+//! Why directly, not through a role as on PostgreSQL: MariaDB stores each table
+//! grant as its own row in `mysql.tables_priv`, so there is no per-table ACL to
+//! overflow (10,000 users granted on one table were created without error
+//! here); and a role only applies once it is the user's default role, which
+//! `SET DEFAULT ROLE … FOR` another user allows only with UPDATE on the `mysql`
+//! schema — a privilege that lets its holder rewrite every account's rights.
+//! Direct grants need no more than GRANT OPTION on the table.
+//!
+//! MariaDB has no account expiry: the broker's expiry reaper is what ends an
+//! expired user. Removal, per batch: `ALTER USER … ACCOUNT LOCK` (no new
 //! logins), `KILL CONNECTION` for each of their sessions found in
-//! `information_schema.PROCESSLIST`, then one `DROP USER IF EXISTS` for all.
-//! Every step tolerates users that are already gone, so removal is idempotent.
+//! `information_schema.PROCESSLIST`, then one `DROP USER IF EXISTS` for all,
+//! which removes their grants too. Every step tolerates users that are already
+//! gone, so removal is idempotent.
 
 use super::quote::{account, ident, literal, Unquotable};
-use crate::backends::database::is_user_name;
+use crate::backends::database::{is_user_name, DbPath, Privilege, Table};
 use crate::backends::BackendError;
 use sqlx::{MySqlPool, Row};
 
@@ -17,22 +28,29 @@ const BATCH: usize = 1000;
 /// ER_NO_SUCH_THREAD: the session ended on its own meanwhile.
 const NO_SUCH_THREAD: u16 = 1094;
 
-/// The statements that create one user, in order.
+/// The statements that create one user with its one grant, in order.
 pub fn create_sql(
     user: &str,
     password_hash: &str,
     connection_limit: u32,
-    role: &str,
-) -> Result<[String; 3], Unquotable> {
+    path: &DbPath,
+    privilege: Privilege,
+) -> Result<[String; 2], Unquotable> {
     let acct = account(user)?;
-    let role = ident(role)?;
+    let table = match &path.table {
+        Table::Named(t) => ident(t)?,
+        Table::All => "*".to_owned(),
+    };
     Ok([
         format!(
             "CREATE USER {acct} IDENTIFIED BY PASSWORD {} WITH MAX_USER_CONNECTIONS {connection_limit}",
             literal(password_hash)?
         ),
-        format!("GRANT {role} TO {acct}"),
-        format!("SET DEFAULT ROLE {role} FOR {acct}"),
+        format!(
+            "GRANT {} ON {}.{table} TO {acct}",
+            privilege.sql(),
+            ident(&path.database)?
+        ),
     ])
 }
 
@@ -104,12 +122,16 @@ mod tests {
 
     #[test]
     fn create_statements_carry_the_hash_not_the_password() {
-        let [create, grant, default] = create_sql("tsr_u", "*ABC", 2, "tsr_g_1").unwrap();
+        use crate::backends::database::{parse_path, Dialect};
+        let path = parse_path(Dialect::Mysql, "shop.Orders", true).unwrap();
+        let [create, grant] = create_sql("tsr_u", "*ABC", 2, &path, Privilege::Insert).unwrap();
         assert_eq!(
             create,
             "CREATE USER 'tsr_u'@'%' IDENTIFIED BY PASSWORD '*ABC' WITH MAX_USER_CONNECTIONS 2"
         );
-        assert_eq!(grant, "GRANT `tsr_g_1` TO 'tsr_u'@'%'");
-        assert_eq!(default, "SET DEFAULT ROLE `tsr_g_1` FOR 'tsr_u'@'%'");
+        assert_eq!(grant, "GRANT INSERT ON `shop`.`Orders` TO 'tsr_u'@'%'");
+        let all = parse_path(Dialect::Mysql, "shop.*", true).unwrap();
+        let [_, grant] = create_sql("tsr_u", "*ABC", 2, &all, Privilege::Select).unwrap();
+        assert_eq!(grant, "GRANT SELECT ON `shop`.* TO 'tsr_u'@'%'");
     }
 }
