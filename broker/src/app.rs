@@ -5,6 +5,8 @@
 //! loaded and validated, backends constructed. Tests build it the same way, with a
 //! fresh database, so they exercise exactly what production runs.
 
+use crate::backends::mysql::MysqlBackend;
+use crate::backends::postgres::PostgresBackend;
 use crate::backends::{aws::AwsStsBackend, token::TokenBackend, Backend};
 use crate::clock::Clock;
 use crate::config::{BackendConfig, Config};
@@ -65,6 +67,12 @@ impl App {
                         .await
                         .with_context(|| format!("backends.{name}: AWS credentials"))?,
                 ),
+                BackendConfig::Postgres(db) => {
+                    Arc::new(PostgresBackend::new(db).with_context(|| format!("backend {name}"))?)
+                }
+                BackendConfig::Mysql(db) => {
+                    Arc::new(MysqlBackend::new(db).with_context(|| format!("backend {name}"))?)
+                }
             };
             backends.insert(name.clone(), backend);
         }

@@ -6,6 +6,7 @@
 //! from this file: the store URL, KEK and admin token come from the environment or
 //! from files the config points at.
 
+use crate::backends::database::Dialect as DbDialect;
 use crate::grammar::{parse_duration, Rate};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -101,6 +102,22 @@ struct RawTokenBackend {
     actions: Option<Vec<String>>,
 }
 
+/// `[backends.NAME]` of kind `postgres` or `mysql`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDatabaseBackend {
+    #[allow(dead_code)]
+    kind: String,
+    actions: Option<Vec<String>>,
+    url_env: Option<String>,
+    url_file: Option<PathBuf>,
+    public_host: Option<String>,
+    public_port: Option<u16>,
+    connection_limit: Option<u32>,
+    max_connections: Option<u32>,
+    scram_iterations: Option<u32>,
+}
+
 /// Server-wide caps that bound every policy's annotations.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -131,7 +148,7 @@ impl Default for Limits {
 }
 
 /// A configured downstream backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum BackendConfig {
     /// Mints audience-restricted JWTs for an internal service (RFC 8693 style).
     Token {
@@ -140,6 +157,10 @@ pub enum BackendConfig {
     },
     /// Temporary AWS credentials from STS AssumeRole (`backends::aws`).
     AwsSts(crate::backends::aws::settings::AwsStsConfig),
+    /// Throw-away PostgreSQL roles (`backends::postgres`).
+    Postgres(DatabaseBackendConfig),
+    /// Throw-away MariaDB/MySQL users (`backends::mysql`).
+    Mysql(DatabaseBackendConfig),
 }
 
 impl BackendConfig {
@@ -147,7 +168,44 @@ impl BackendConfig {
         match self {
             BackendConfig::Token { .. } => "token",
             BackendConfig::AwsSts(_) => "aws-sts",
+            BackendConfig::Postgres(_) => "postgres",
+            BackendConfig::Mysql(_) => "mysql",
         }
+    }
+}
+
+/// A database backend: the broker's privileged connection and what clients are told.
+#[derive(Clone)]
+pub struct DatabaseBackendConfig {
+    /// The broker's own (privileged) connection URL. A secret: never logged.
+    pub url: secrecy::SecretString,
+    /// The one database this backend grants on (the URL's).
+    pub database: String,
+    /// Host and port handed to clients (default: the URL's).
+    pub public_host: String,
+    pub public_port: u16,
+    /// `CONNECTION LIMIT` / `MAX_USER_CONNECTIONS` of each issued user.
+    pub connection_limit: u32,
+    /// Size of the broker's pool to this server.
+    pub max_connections: u32,
+    /// PBKDF2 iterations of the SCRAM-SHA-256 verifiers sent to PostgreSQL.
+    pub scram_iterations: u32,
+    /// Allowed actions (default: all of `select`, `insert`, `update`, `delete`).
+    pub actions: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for DatabaseBackendConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseBackendConfig")
+            .field("url", &"[redacted]")
+            .field("database", &self.database)
+            .field("public_host", &self.public_host)
+            .field("public_port", &self.public_port)
+            .field("connection_limit", &self.connection_limit)
+            .field("max_connections", &self.max_connections)
+            .field("scram_iterations", &self.scram_iterations)
+            .field("actions", &self.actions)
+            .finish()
     }
 }
 
@@ -265,7 +323,7 @@ impl Config {
         let raw = toml::from_str::<RawConfig>(&text).map_err(|e| err(&setting, e.message()))?;
         Ok(PolicySettings {
             limits: resolve_limits(&raw.limits)?,
-            backends: resolve_backends(raw.backends)?,
+            backends: resolve_backends(raw.backends, &process_env)?,
         })
     }
 
@@ -331,7 +389,7 @@ impl Config {
 
         let limits = resolve_limits(&raw.limits)?;
         let tls = resolve_tls(raw.tls, env)?;
-        let mut backends = resolve_backends(raw.backends)?;
+        let mut backends = resolve_backends(raw.backends, env)?;
         for (name, b) in backends.iter_mut() {
             if let BackendConfig::AwsSts(aws) = b {
                 aws.credentials = crate::backends::aws::settings::resolve_credentials(
@@ -546,8 +604,135 @@ fn resolve_tls(raw: Option<RawTls>, env: EnvLookup<'_>) -> Result<Option<TlsConf
     }
 }
 
+/// A database backend's settings. The URL comes from `url_env` or `url_file`,
+/// never from the file itself; errors name the setting, never the URL.
+fn resolve_database(
+    setting: &str,
+    b: RawDatabaseBackend,
+    dialect: DbDialect,
+    env: EnvLookup<'_>,
+) -> Result<DatabaseBackendConfig, ConfigError> {
+    let url = match (&b.url_env, &b.url_file) {
+        (Some(var), None) => env(var).ok_or_else(|| {
+            err(
+                &format!("{setting}.url_env"),
+                format!("environment variable {var} is not set"),
+            )
+        })?,
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| {
+                err(
+                    &format!("{setting}.url_file"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?
+            .trim()
+            .to_owned(),
+        _ => return Err(err(
+            setting,
+            "exactly one of url_env or url_file is required (the URL is a secret: never inline)",
+        )),
+    };
+    let url_setting = if b.url_env.is_some() {
+        format!("{setting}.url_env")
+    } else {
+        format!("{setting}.url_file")
+    };
+    let (host, port, database) = match dialect {
+        DbDialect::Postgres => {
+            let o = url
+                .starts_with("postgres://")
+                .then(|| url.parse::<sqlx::postgres::PgConnectOptions>().ok())
+                .flatten()
+                .ok_or_else(|| err(&url_setting, "not a valid postgres:// URL"))?;
+            let db = o.get_database().map(str::to_owned);
+            (o.get_host().to_owned(), o.get_port(), db)
+        }
+        DbDialect::Mysql => {
+            let o = (url.starts_with("mysql://") || url.starts_with("mariadb://"))
+                .then(|| url.replacen("mariadb://", "mysql://", 1))
+                .and_then(|u| u.parse::<sqlx::mysql::MySqlConnectOptions>().ok())
+                .ok_or_else(|| err(&url_setting, "not a valid mysql:// URL"))?;
+            let db = o.get_database().map(str::to_owned);
+            (o.get_host().to_owned(), o.get_port(), db)
+        }
+    };
+    let database = database
+        .filter(|d| crate::backends::database::is_ident(d))
+        .ok_or_else(|| {
+            err(
+                &url_setting,
+                "the URL must name the database to grant on ([A-Za-z_][A-Za-z0-9_]*)",
+            )
+        })?;
+    let public_host = b.public_host.unwrap_or(host);
+    if public_host.is_empty()
+        || public_host.len() > 253
+        || public_host
+            .bytes()
+            .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b':' | b'_')))
+    {
+        return Err(err(
+            &format!("{setting}.public_host"),
+            "must be a host name or IP address",
+        ));
+    }
+    let public_port = b.public_port.unwrap_or(port);
+    let connection_limit = b.connection_limit.unwrap_or(2);
+    if !(1..=1000).contains(&connection_limit) {
+        return Err(err(
+            &format!("{setting}.connection_limit"),
+            "must be between 1 and 1000",
+        ));
+    }
+    let max_connections = b.max_connections.unwrap_or(4);
+    if !(1..=64).contains(&max_connections) {
+        return Err(err(
+            &format!("{setting}.max_connections"),
+            "must be between 1 and 64",
+        ));
+    }
+    let scram_iterations = match (dialect, b.scram_iterations) {
+        (_, None) => crate::backends::postgres::scram::ITERATIONS,
+        (DbDialect::Mysql, Some(_)) => {
+            return Err(err(
+                &format!("{setting}.scram_iterations"),
+                "only for kind \"postgres\"",
+            ))
+        }
+        (DbDialect::Postgres, Some(n)) if (1..=1_000_000).contains(&n) => n,
+        (DbDialect::Postgres, Some(_)) => {
+            return Err(err(
+                &format!("{setting}.scram_iterations"),
+                "must be between 1 and 1000000",
+            ))
+        }
+    };
+    if let Some(actions) = &b.actions {
+        for a in actions {
+            if !crate::backends::database::ACTIONS.contains(&a.as_str()) {
+                return Err(err(
+                    &format!("{setting}.actions"),
+                    format!("invalid action {a:?} (select, insert, update, delete)"),
+                ));
+            }
+        }
+    }
+    Ok(DatabaseBackendConfig {
+        url: secrecy::SecretString::from(url),
+        database,
+        public_host,
+        public_port,
+        connection_limit,
+        max_connections,
+        scram_iterations,
+        actions: b.actions,
+    })
+}
+
 fn resolve_backends(
     raw: BTreeMap<String, toml::Value>,
+    env: EnvLookup<'_>,
 ) -> Result<BTreeMap<String, BackendConfig>, ConfigError> {
     let mut backends = BTreeMap::new();
     for (name, b) in raw {
@@ -558,12 +743,16 @@ fn resolve_backends(
                 "backend names are 1-63 of [a-z0-9-], starting with a letter",
             ));
         }
-        backends.insert(name, resolve_backend(&setting, b)?);
+        backends.insert(name, resolve_backend(&setting, b, env)?);
     }
     Ok(backends)
 }
 
-fn resolve_backend(setting: &str, value: toml::Value) -> Result<BackendConfig, ConfigError> {
+fn resolve_backend(
+    setting: &str,
+    value: toml::Value,
+    env: EnvLookup<'_>,
+) -> Result<BackendConfig, ConfigError> {
     let kind = value
         .get("kind")
         .and_then(toml::Value::as_str)
@@ -611,13 +800,23 @@ fn resolve_backend(setting: &str, value: toml::Value) -> Result<BackendConfig, C
                 crate::backends::aws::settings::resolve(setting, b)?,
             ))
         }
-        "postgres" | "mysql" => Err(err(
-            &format!("{setting}.kind"),
-            format!("kind {kind:?} is not available in this build yet (supported: token, aws-sts)"),
-        )),
+        "postgres" | "mysql" => {
+            let b: RawDatabaseBackend = value.try_into().map_err(parse_err)?;
+            let dialect = if kind == "postgres" {
+                DbDialect::Postgres
+            } else {
+                DbDialect::Mysql
+            };
+            let db = resolve_database(setting, b, dialect, env)?;
+            Ok(if kind == "postgres" {
+                BackendConfig::Postgres(db)
+            } else {
+                BackendConfig::Mysql(db)
+            })
+        }
         other => Err(err(
             &format!("{setting}.kind"),
-            format!("unknown kind {other:?} (supported: token, aws-sts)"),
+            format!("unknown kind {other:?} (supported: token, postgres, mysql, aws-sts)"),
         )),
     }
 }
@@ -741,6 +940,83 @@ mod tests {
         let e = Config::load_policy_settings(&file).unwrap_err();
         assert_eq!(e.setting, "backends.svc.audience");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn database_backends() {
+        let o = Overrides {
+            dev: true,
+            ..Default::default()
+        };
+        let env = |k: &str| match k {
+            "PG" => Some("postgres://tessera:s3cret@db.internal:6432/analytics".to_owned()),
+            "MY" => Some("mysql://root:s3cret@127.0.0.1:3306/shop".to_owned()),
+            "NODB" => Some("postgres://tessera:s3cret@db.internal".to_owned()),
+            _ => None,
+        };
+        let c = Config::from_toml(
+            "[backends.pg-main]\nkind = \"postgres\"\nurl_env = \"PG\"\n\
+             [backends.shop]\nkind = \"mysql\"\nurl_env = \"MY\"\npublic_host = \"shop.db\"\nconnection_limit = 5\nactions = [\"select\"]",
+            &o,
+            &env,
+        )
+        .unwrap();
+        let BackendConfig::Postgres(pg) = &c.backends["pg-main"] else {
+            panic!("postgres")
+        };
+        assert_eq!(
+            (
+                pg.database.as_str(),
+                pg.public_host.as_str(),
+                pg.public_port
+            ),
+            ("analytics", "db.internal", 6432)
+        );
+        assert_eq!(pg.connection_limit, 2);
+        let BackendConfig::Mysql(my) = &c.backends["shop"] else {
+            panic!("mysql")
+        };
+        assert_eq!((my.public_host.as_str(), my.public_port), ("shop.db", 3306));
+        assert_eq!(my.connection_limit, 5);
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+
+        for (text, setting) in [
+            ("kind = \"postgres\"", "backends.b"),
+            (
+                "kind = \"postgres\"\nurl_env = \"UNSET\"",
+                "backends.b.url_env",
+            ),
+            (
+                "kind = \"postgres\"\nurl_env = \"MY\"",
+                "backends.b.url_env",
+            ),
+            (
+                "kind = \"postgres\"\nurl_env = \"NODB\"",
+                "backends.b.url_env",
+            ),
+            (
+                "kind = \"mysql\"\nurl_env = \"MY\"\nactions = [\"drop\"]",
+                "backends.b.actions",
+            ),
+            (
+                "kind = \"mysql\"\nurl_env = \"MY\"\nconnection_limit = 0",
+                "backends.b.connection_limit",
+            ),
+            (
+                // Unknown to the kind: rejected by name (`unknown field audience`).
+                "kind = \"mysql\"\nurl_env = \"MY\"\naudience = \"x\"",
+                "backends.b",
+            ),
+            (
+                "kind = \"token\"\naudience = \"x\"\nurl_env = \"PG\"",
+                "backends.b",
+            ),
+        ] {
+            let e = Config::from_toml(&format!("[backends.b]\n{text}"), &o, &env).unwrap_err();
+            assert_eq!(e.setting, setting, "{text}: {e}");
+            assert!(!e.to_string().contains("s3cret"), "{e}");
+        }
     }
 
     #[test]

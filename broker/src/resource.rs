@@ -5,6 +5,7 @@
 //! store write, so hostile strings — control characters, quotes, SQL
 //! metacharacters, 10 KB blobs — get a 400 and leave nothing behind.
 
+use crate::backends::database::{self, Dialect};
 use crate::config::BackendConfig;
 use std::collections::BTreeMap;
 
@@ -23,12 +24,16 @@ pub enum ResourceError {
     Path,
     #[error("action is not valid for this backend")]
     Action,
+    #[error("this backend grants on one database only, and the resource names another")]
+    Database,
 }
 
 impl ResourceError {
     pub fn code(&self) -> &'static str {
         match self {
-            ResourceError::Shape | ResourceError::Path => "invalid_resource",
+            ResourceError::Shape | ResourceError::Path | ResourceError::Database => {
+                "invalid_resource"
+            }
             ResourceError::UnknownBackend => "unknown_backend",
             ResourceError::Action => "invalid_action",
         }
@@ -42,6 +47,10 @@ pub struct Resource<'a> {
     pub kind: &'static str,
     pub path: &'a str,
 }
+
+/// Database paths may name every table of a schema (`*`); policy then decides
+/// whether a permit grants it explicitly (`PolicyEngine::evaluate_all_tables`).
+const ALL_TABLES: bool = true;
 
 /// Backend instance names: 1-63 of `[a-z0-9-]`, starting with a letter.
 pub fn is_backend_name(s: &str) -> bool {
@@ -112,6 +121,25 @@ pub fn parse<'a>(
                 return Err(ResourceError::Path);
             }
             if let Some(allowed) = &aws.actions {
+                if !allowed.iter().any(|a| a == action) {
+                    return Err(ResourceError::Action);
+                }
+            }
+        }
+        BackendConfig::Postgres(db) | BackendConfig::Mysql(db) => {
+            let dialect = match config {
+                BackendConfig::Mysql(_) => Dialect::Mysql,
+                _ => Dialect::Postgres,
+            };
+            let parsed =
+                database::parse_path(dialect, path, ALL_TABLES).ok_or(ResourceError::Path)?;
+            if parsed.database != db.database {
+                return Err(ResourceError::Database);
+            }
+            if !database::ACTIONS.contains(&action) {
+                return Err(ResourceError::Action);
+            }
+            if let Some(allowed) = &db.actions {
                 if !allowed.iter().any(|a| a == action) {
                     return Err(ResourceError::Action);
                 }
@@ -195,6 +223,62 @@ mod tests {
             parse("svc:x", "READ", &b).unwrap_err(),
             ResourceError::Action
         );
+    }
+
+    fn db_backends() -> BTreeMap<String, BackendConfig> {
+        let db =
+            |database: &str, actions: Option<Vec<String>>| crate::config::DatabaseBackendConfig {
+                url: secrecy::SecretString::from("postgres://x@h/analytics".to_owned()),
+                database: database.to_owned(),
+                public_host: "h".into(),
+                public_port: 5432,
+                connection_limit: 2,
+                max_connections: 4,
+                scram_iterations: 4096,
+                actions,
+            };
+        BTreeMap::from([
+            (
+                "pg".to_owned(),
+                BackendConfig::Postgres(db("analytics", None)),
+            ),
+            (
+                "my".to_owned(),
+                BackendConfig::Mysql(db("shop", Some(vec!["select".into()]))),
+            ),
+        ])
+    }
+
+    #[test]
+    fn database_resources() {
+        let b = db_backends();
+        let r = parse("pg:analytics.public.orders", "select", &b).unwrap();
+        assert_eq!((r.kind, r.path), ("postgres", "analytics.public.orders"));
+        assert!(parse("pg:analytics.public.orders", "delete", &b).is_ok());
+        assert_eq!(parse("my:shop.orders", "select", &b).unwrap().kind, "mysql");
+        assert!(parse("pg:analytics.public.*", "select", &b).is_ok());
+        assert!(parse("my:shop.*", "select", &b).is_ok());
+        let cases = [
+            ("pg:analytics.orders", "select", ResourceError::Path),
+            ("pg:analytics.*.orders", "select", ResourceError::Path),
+            ("pg:analytics.public.o'rders", "select", ResourceError::Path),
+            (
+                "pg:analytics.public.orders;--",
+                "select",
+                ResourceError::Path,
+            ),
+            ("pg:analytics.public.ordérs", "select", ResourceError::Path),
+            ("pg:other.public.orders", "select", ResourceError::Database),
+            ("pg:analytics.public.orders", "read", ResourceError::Action),
+            ("pg:analytics.public.orders", "usage", ResourceError::Action),
+            ("my:shop.public.orders", "select", ResourceError::Path),
+            ("my:shop.orders", "insert", ResourceError::Action),
+        ];
+        for (res, action, want) in cases {
+            assert_eq!(parse(res, action, &b).unwrap_err(), want, "{res} {action}");
+        }
+        let long = format!("pg:analytics.public.{}", "t".repeat(300));
+        assert_eq!(parse(&long, "select", &b).unwrap_err(), ResourceError::Path);
     }
 
     proptest! {

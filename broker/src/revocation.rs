@@ -41,6 +41,7 @@ pub fn backoff_secs(attempts: i64) -> i64 {
 pub async fn run_once(app: &App) -> Result<usize, StoreError> {
     let mut done = 0;
     loop {
+        let started = std::time::Instant::now();
         let jobs = app
             .store
             .writer()
@@ -53,7 +54,9 @@ pub async fn run_once(app: &App) -> Result<usize, StoreError> {
             return Ok(done);
         }
         let full = jobs.len() as i64 == CLAIM_BATCH;
+        let claimed = started.elapsed();
         let results = settle(app, jobs).await;
+        let settled = started.elapsed();
         done += results
             .iter()
             .filter(|(_, o)| matches!(o, Outcome::Done))
@@ -64,10 +67,12 @@ pub async fn run_once(app: &App) -> Result<usize, StoreError> {
                 Outcome::Failed { .. } => "failed",
             });
         }
+        let count = results.len();
         app.store
             .writer()
             .submit(FinishRevocations { results })
             .await?;
+        tracing::debug!(jobs = count, ?claimed, ?settled, finished = ?started.elapsed(), "revocation pass");
         if !full {
             return Ok(done);
         }

@@ -174,45 +174,6 @@ pub async fn disable_runtime(
     }))
 }
 
-/// Query parameters of `GET /v1/admin/leases`.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LeaseParams {
-    #[serde(default)]
-    stuck: bool,
-    limit: Option<i64>,
-}
-
-/// `GET /v1/admin/leases`: downstream revocations not yet confirmed (oldest
-/// first); `stuck=true` keeps those that failed repeatedly.
-pub async fn pending_revocations(
-    State(app): State<AppState>,
-    _admin: AdminCaller,
-    super::extract::ApiQuery(p): super::extract::ApiQuery<LeaseParams>,
-) -> Result<Json<Value>, ApiError> {
-    let limit = p.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "invalid_query",
-            "limit must be 1-1000",
-        ));
-    }
-    let rows = crate::store::revocations::pending(&app.store, p.stuck, limit).await?;
-    let items: Vec<Value> = rows
-        .into_iter()
-        .map(|r| {
-            json!({
-                "lease_id": r.lease_id, "backend": r.backend, "downstream_ref": r.downstream_ref,
-                "run_id": r.run_id, "reason": r.reason, "queued_at": rfc3339(r.created_at),
-                "attempts": r.attempts, "next_attempt_at": rfc3339(r.next_attempt_at),
-                "last_error": r.last_error,
-                "stuck": r.attempts >= crate::store::revocations::STUCK_AFTER_ATTEMPTS,
-            })
-        })
-        .collect();
-    Ok(Json(json!({ "revocations": items })))
-}
-
 /// `POST /v1/admin/keys/rotate`
 pub async fn rotate_key(
     State(app): State<AppState>,

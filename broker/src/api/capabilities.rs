@@ -14,6 +14,7 @@
 use super::extract::{ApiJson, RequestId, RunCaller, RunOrAdmin};
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
+use crate::backends::database;
 use crate::capability::{CapabilityClaims, CAPABILITY_TYP};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
@@ -86,7 +87,7 @@ pub async fn request(
         ));
     }
 
-    let decision = policy.evaluate(&PolicyRequest {
+    let policy_request = PolicyRequest {
         user: &run.user,
         action: &req.action,
         backend: res.backend,
@@ -100,7 +101,12 @@ pub async fn request(
         runtime: &run.runtime_name,
         requested_ttl,
         now_unix: now,
-    });
+    };
+    let decision = if database::names_all_tables(res.kind, res.path) {
+        policy.evaluate_all_tables(&policy_request)
+    } else {
+        policy.evaluate(&policy_request)
+    };
     let mut audit = AuditEvent::new(
         events::CAPABILITY_ISSUED,
         format!("run:{}", run.id),

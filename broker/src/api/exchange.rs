@@ -16,7 +16,10 @@ use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::keys::jwt::JwtError;
 use crate::keys::manage;
-use crate::store::capabilities::{ConsumeOutcome, ConsumeUse, FailLease, LeaseRecord};
+use crate::store::capabilities::{
+    lease_revoked, ConsumeOutcome, ConsumeUse, FailLease, LeaseRecord,
+};
+use crate::store::revocations::RearmRevocation;
 use crate::store::runs::RunState;
 use crate::store::writer::AppendAudit;
 use axum::extract::State;
@@ -92,6 +95,11 @@ fn backend_error(e: &BackendError) -> ApiError {
         BackendError::Unsupported { code, message } => {
             ApiError::bad_request(code, message.clone())
         }
+        BackendError::Rejected(_) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "backend_rejected",
+            "the downstream backend refused this grant (does the resource exist?)",
+        ),
     }
 }
 
@@ -202,6 +210,22 @@ pub async fn exchange(
         now,
     };
     match backend.issue(grant).await {
+        Ok(_) if downstream_ref.is_some() && lease_revoked_meanwhile(&app, &lease_id).await? => {
+            // The run ended (or the capability was revoked) while the user was
+            // being created: its removal may already have run and missed it.
+            app.store
+                .writer()
+                .submit(RearmRevocation {
+                    lease_id: lease_id.clone(),
+                })
+                .await?;
+            app.revocation_wakeup.notify_one();
+            app.metrics.exchange("revoked_during_issue");
+            Err(ApiError::forbidden(
+                "lease_revoked",
+                "the capability or its run was revoked while the credential was issued",
+            ))
+        }
         Ok(issued) => {
             app.metrics.exchange("ok");
             Ok(Json(ExchangeResponse {
@@ -232,4 +256,12 @@ pub async fn exchange(
             Err(api_error)
         }
     }
+}
+
+/// Whether the lease was revoked while its credential was being issued.
+async fn lease_revoked_meanwhile(app: &AppState, lease_id: &str) -> Result<bool, ApiError> {
+    Ok(matches!(
+        lease_revoked(&app.store, lease_id).await?,
+        Some(Some(_))
+    ))
 }

@@ -10,6 +10,7 @@
 //! | [`audit`] | `/v1/admin/audit`, `/v1/admin/audit/verify` |
 //! | [`policy`] | `/v1/admin/policy/reload` |
 //! | [`runs`] (admin) | `GET /v1/admin/runs` |
+//! | [`leases`] | `GET /v1/admin/leases` (pending and stuck downstream removals) |
 //! | [`health`] | `/healthz`, `/readyz`, `/metrics`, `/.well-known/jwks.json`, `/v1/openapi.json` |
 //!
 //! Bodies are capped at 64 KiB; every response passes [`middleware::request_context`].
@@ -21,6 +22,7 @@ pub mod exchange;
 pub mod extract;
 pub mod health;
 pub mod introspect;
+pub mod leases;
 pub mod middleware;
 pub mod policy;
 pub mod runs;
@@ -80,7 +82,7 @@ pub fn router(app: AppState) -> Router {
             post(admin::disable_runtime),
         )
         .route("/v1/admin/runs", get(runs::list))
-        .route("/v1/admin/leases", get(admin::pending_revocations))
+        .route("/v1/admin/leases", get(leases::pending))
         .route("/v1/admin/policy/reload", post(policy::reload))
         .route("/v1/admin/audit", get(audit::list))
         .route("/v1/admin/audit/verify", get(audit::verify))

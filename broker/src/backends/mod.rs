@@ -12,6 +12,9 @@
 //! remove and retries [`Backend::revoke`] until it is gone.
 
 pub mod aws;
+pub mod database;
+pub mod mysql;
+pub mod postgres;
 pub mod token;
 
 use crate::capability::CapabilityClaims;
@@ -23,6 +26,10 @@ pub enum BackendError {
     /// The downstream system could not be reached or failed.
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// The downstream system refused this particular grant (for instance, the
+    /// table does not exist); retrying will not help. Never holds a secret.
+    #[error("backend refused the grant: {0}")]
+    Rejected(String),
     /// The downstream system is throttling the broker (after the backend's own retries).
     #[error("backend throttled: {0}")]
     Throttled(String),

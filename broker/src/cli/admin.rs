@@ -129,6 +129,34 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 ],
             );
         }
+        Command::Leases(LeasesCommand::List {
+            stuck,
+            limit,
+            remote,
+        }) => {
+            let query = [("stuck", stuck.to_string()), ("limit", limit.to_string())];
+            let v = call(
+                &remote,
+                reqwest::Method::GET,
+                &format!("/v1/admin/leases?{}", query_string(&query)),
+                None,
+            )
+            .await?;
+            print_table(
+                &remote,
+                &v,
+                "revocations",
+                &[
+                    "lease_id",
+                    "backend",
+                    "downstream_ref",
+                    "reason",
+                    "attempts",
+                    "next_attempt_at",
+                    "last_error",
+                ],
+            );
+        }
         Command::Capabilities(CapabilitiesCommand::Revoke { id, remote }) => {
             let v = call(
                 &remote,
@@ -144,28 +172,6 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             } else {
                 println!("capability {id} was already revoked");
             }
-        }
-        Command::Leases(LeasesCommand::List { stuck, remote }) => {
-            let path = if stuck {
-                "/v1/admin/leases?stuck=true"
-            } else {
-                "/v1/admin/leases"
-            };
-            let v = call(&remote, reqwest::Method::GET, path, None).await?;
-            print_table(
-                &remote,
-                &v,
-                "revocations",
-                &[
-                    "lease_id",
-                    "backend",
-                    "downstream_ref",
-                    "reason",
-                    "attempts",
-                    "next_attempt_at",
-                    "last_error",
-                ],
-            );
         }
         Command::Runs(RunsCommand::Show { id, remote }) => {
             let v = call(

@@ -38,7 +38,7 @@ pub enum Command {
     /// Revoke capabilities.
     #[command(subcommand)]
     Capabilities(CapabilitiesCommand),
-    /// Downstream credentials whose removal is pending.
+    /// Downstream removals (database users, …) still pending.
     #[command(subcommand)]
     Leases(LeasesCommand),
     /// Manage signing keys.
@@ -172,11 +172,14 @@ pub enum CapabilitiesCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum LeasesCommand {
-    /// List downstream revocations not yet confirmed (oldest first).
+    /// List leases whose downstream removal is still pending (oldest first).
     List {
-        /// Only those that failed 3 or more times.
+        /// Only those that failed at least 3 times.
         #[arg(long)]
         stuck: bool,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
         #[command(flatten)]
         remote: Remote,
     },

@@ -225,6 +225,46 @@ impl PolicyEngine {
     }
 }
 
+impl PolicyEngine {
+    /// Decides a request whose path names *every* table of a schema or database
+    /// (`analytics.public.*`). Cedar's `like "analytics.public.*"` also matches the
+    /// literal `*`, so a permit written for "any one table" would otherwise grant all
+    /// of them at once, forbids on single tables notwithstanding. Allowed only when
+    /// some satisfied permit names the wildcard *explicitly*: it matches the literal
+    /// path but not a concrete table in the same place (`== "analytics.public.*"` or
+    /// `like "analytics.public.\*"` do; `like "analytics.public.*"` does not).
+    pub fn evaluate_all_tables(&self, req: &PolicyRequest<'_>) -> PolicyDecision {
+        let decision = self.evaluate(req);
+        let PolicyDecision::Allow { policies, .. } = &decision else {
+            return decision;
+        };
+        let concrete_path = format!("{}{ANY_TABLE}", req.path.trim_end_matches('*'));
+        let concrete = self.evaluate(&PolicyRequest {
+            path: &concrete_path,
+            ..*req
+        });
+        let explicit = match &concrete {
+            PolicyDecision::Allow { policies: p, .. } => policies.iter().any(|id| !p.contains(id)),
+            // A forbid hides which permits matched: refuse rather than guess.
+            PolicyDecision::Deny {
+                policies: forbids, ..
+            } => forbids.is_empty(),
+        };
+        if explicit {
+            decision
+        } else {
+            PolicyDecision::Deny {
+                policies: Vec::new(),
+                errors: Vec::new(),
+            }
+        }
+    }
+}
+
+/// Stands for "some table" when testing whether a permit names `*` explicitly;
+/// not an identifier, so never a real table's name.
+const ANY_TABLE: &str = "<any table>";
+
 fn deny_error(error: String) -> PolicyDecision {
     PolicyDecision::Deny {
         policies: Vec::new(),

@@ -113,7 +113,7 @@ fn engine_is_send_and_sync() {
 #[test]
 fn shipped_directory_loads_and_decides() {
     let e = PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(e.policy_count(), 8);
+    assert_eq!(e.policy_count(), 12);
     assert!(e.is_known_action("s3:GetObject") && e.is_known_action("select"));
     assert!(!e.is_known_action("deploy"));
 
@@ -162,6 +162,42 @@ fn shipped_directory_loads_and_decides() {
         )),
         (vec![], vec![])
     );
+
+    // databases.cedar: strictest of the two satisfied permits; `*` only when named.
+    let (ids, c) = allowed(&eval(
+        &e,
+        &req("alice", "select", "pg-main", "analytics.public.orders"),
+    ));
+    assert_eq!(ids, ["analysts-select-analytics", "analysts-select-orders"]);
+    assert_eq!(c.uses, Some((3, "analysts-select-orders".into())));
+    let all_tables = |path: &'static str| {
+        let attrs = BTreeMap::new();
+        let r = req("alice", "select", "pg-main", path);
+        e.evaluate_all_tables(&PolicyRequest {
+            user: r.user,
+            action: r.action,
+            backend: r.backend,
+            backend_kind: "postgres",
+            path: r.path,
+            run_id: "run-1",
+            run_labels: &[],
+            task_id: "task-1",
+            task_kind: r.task_kind,
+            task_attributes: &attrs,
+            runtime: "rt",
+            requested_ttl: None,
+            now_unix: 1_767_225_600,
+        })
+    };
+    assert!(
+        matches!(
+            all_tables("analytics.public.*"),
+            PolicyDecision::Deny { .. }
+        ),
+        "like \"analytics.public.*\" does not name the wildcard"
+    );
+    let (ids, _) = allowed(&all_tables("reporting.public.*"));
+    assert_eq!(ids, ["analysts-select-reporting-schema"]);
 
     let mut tainted = req("alice", "read", "svc-reports", "reports/q1");
     tainted.labels = vec!["untrusted-input".into()];

@@ -494,6 +494,9 @@ impl WriteOp for FailLease {
                 "issue_failed",
             )
             .await?;
+            // Revoked meanwhile and already settled: whatever the failed issue left
+            // behind must still go.
+            super::revocations::rearm(ctx, &self.lease_id).await?;
             let q =
                 ctx.sql("UPDATE leases SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL");
             sqlx::query(&q)

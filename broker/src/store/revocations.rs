@@ -187,6 +187,38 @@ impl WriteOp for FinishRevocations {
     }
 }
 
+/// Puts a lease's removal back in the queue, even if it already ran.
+///
+/// Why: a lease can be revoked (run end, capability revoke) *while* its
+/// downstream object is being created. The worker may then remove "nothing"
+/// and close the job before the object appears. Whoever finishes creating it
+/// and finds the lease revoked re-arms the job, so the late object goes too.
+/// Removal is idempotent, so an unneeded re-run costs one downstream call.
+pub async fn rearm(ctx: &mut WriteCtx<'_>, lease_id: &str) -> Result<u64, sqlx::Error> {
+    let q = ctx.sql(
+        "UPDATE revocations SET done_at = NULL, next_attempt_at = $1 \
+         WHERE lease_id = $2 AND done_at IS NOT NULL",
+    );
+    Ok(sqlx::query(&q)
+        .bind(ctx.now())
+        .bind(lease_id)
+        .execute(&mut *ctx.conn)
+        .await?
+        .rows_affected())
+}
+
+/// [`rearm`] as a write of its own.
+pub struct RearmRevocation {
+    pub lease_id: String,
+}
+
+impl WriteOp for RearmRevocation {
+    type Output = u64;
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<u64, sqlx::Error>> {
+        Box::pin(async move { rearm(ctx, &self.lease_id).await })
+    }
+}
+
 /// The reaper: revokes live leases past their expiry and queues their removal.
 /// Returns how many leases it revoked.
 pub struct ExpireLeases;

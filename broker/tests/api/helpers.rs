@@ -75,6 +75,59 @@ audience = "https://billing.internal"
 actions = ["read", "write"]
 "#;
 
+/// Database backends, added by [`TestApp::spawn_db`]: the real PostgreSQL and
+/// MariaDB servers on this machine, URLs from the environment like a deployment.
+pub const DB_CONFIG: &str = r#"
+[backends.pg-test]
+kind = "postgres"
+url_env = "TESSERA_TEST_BACKEND_PG"
+
+[backends.my-test]
+kind = "mysql"
+url_env = "TESSERA_TEST_BACKEND_MY"
+"#;
+
+pub const DB_POLICY: &str = r#"
+@id("db-analysts") @ttl("10m") @uses("5")
+permit (principal in Tessera::Group::"analysts",
+        action in [Tessera::Action::"select", Tessera::Action::"insert"], resource)
+when { resource.kind == "postgres" || resource.kind == "mysql" };
+
+@id("db-dora-fifty") @ttl("10m") @uses("50")
+permit (principal == Tessera::User::"dora", action == Tessera::Action::"select", resource)
+when { resource.kind == "postgres" || resource.kind == "mysql" };
+
+@id("db-erin-all-tables") @ttl("10m") @uses("5")
+permit (principal == Tessera::User::"erin", action == Tessera::Action::"select", resource)
+when { resource.kind == "postgres" && resource.path like "postgres.tsr_t_*.\*" };
+
+@id("db-ursula-scale") @ttl("1h") @uses("10000")
+permit (principal == Tessera::User::"ursula", action == Tessera::Action::"select", resource)
+when { resource.backend == "pg-test" };
+"#;
+
+/// The MariaDB server the database-backend tests use (`TESSERA_TEST_MYSQL_URL`).
+pub fn mysql_url() -> String {
+    std::env::var("TESSERA_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// Where the database backends of a [`TestApp::spawn_db`] broker point.
+#[derive(Debug, Clone)]
+pub struct DbBackends {
+    pub pg: String,
+    pub mysql: String,
+}
+
+impl Default for DbBackends {
+    fn default() -> Self {
+        DbBackends {
+            pg: pg_url(),
+            mysql: mysql_url(),
+        }
+    }
+}
+
 pub fn test_policy() -> PolicyEngine {
     test_policy_with("")
 }
@@ -113,6 +166,7 @@ pub struct TestApp {
     store_url: String,
     kek: String,
     extra: Extra,
+    server: tokio::task::JoinHandle<()>,
     _dir: TempDir,
 }
 
@@ -193,6 +247,42 @@ impl TestApp {
         .await
     }
 
+    /// A broker that also has the database backends `pg-test` (PostgreSQL) and
+    /// `my-test` (MariaDB) and the database policies ([`DB_POLICY`]).
+    pub async fn spawn_db(db: Db) -> TestApp {
+        Self::spawn_db_with(db, DbBackends::default()).await
+    }
+
+    pub async fn spawn_db_with(db: Db, backends: DbBackends) -> TestApp {
+        let extra = Extra {
+            config: DB_CONFIG.to_owned(),
+            policy: DB_POLICY.to_owned(),
+            env: vec![
+                ("TESSERA_TEST_BACKEND_PG".to_owned(), backends.pg),
+                ("TESSERA_TEST_BACKEND_MY".to_owned(), backends.mysql),
+            ],
+        };
+        Self::spawn_extra_with(db, None, extra).await
+    }
+
+    /// Stops this broker (server and state dropped, nothing settled) and starts
+    /// a new one on the same store, keys and configuration: a restart.
+    pub async fn restart(self) -> TestApp {
+        self.server.abort();
+        let _ = self.server.await;
+        let TestApp {
+            state,
+            store_url,
+            kek,
+            admin_token,
+            extra,
+            _dir,
+            ..
+        } = self;
+        drop(state);
+        Self::start(_dir, store_url, kek, admin_token, extra).await
+    }
+
     /// A second broker on the same store, KEK and admin token: another replica.
     pub async fn replica(&self) -> TestApp {
         Self::start(
@@ -253,7 +343,7 @@ impl TestApp {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let router = tessera_broker::api::router(state.clone());
-        tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
         TestApp {
@@ -264,6 +354,7 @@ impl TestApp {
             store_url,
             kek,
             extra,
+            server,
             _dir: dir,
         }
     }

@@ -1,0 +1,58 @@
+//! `GET /v1/admin/leases`: downstream removals still pending, and the stuck ones.
+//!
+//! Why: a revocation the downstream system keeps refusing (database down, the
+//! broker's account lost a privilege) must not be invisible. The worker retries it
+//! for as long as it takes; this lists what it is still working on — with
+//! `stuck=true`, only rows that failed at least `STUCK_AFTER_ATTEMPTS` times —
+//! with the last error (never a secret). `tessera leases list [--stuck]` reads it.
+
+use super::extract::{AdminCaller, ApiQuery};
+use crate::app::AppState;
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::store::revocations::{self, STUCK_AFTER_ATTEMPTS};
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Value};
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    stuck: Option<bool>,
+    limit: Option<i64>,
+}
+
+/// `GET /v1/admin/leases`
+pub async fn pending(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    ApiQuery(p): ApiQuery<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = p.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "limit must be 1-1000",
+        ));
+    }
+    let stuck = p.stuck.unwrap_or(false);
+    let rows = revocations::pending(&app.store, stuck, limit).await?;
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|r| {
+            json!({
+                "lease_id": r.lease_id,
+                "backend": r.backend,
+                "downstream_ref": r.downstream_ref,
+                "run_id": r.run_id,
+                "reason": r.reason,
+                "queued_at": rfc3339(r.created_at),
+                "attempts": r.attempts,
+                "next_attempt_at": rfc3339(r.next_attempt_at),
+                "stuck": r.attempts >= STUCK_AFTER_ATTEMPTS,
+                "last_error": r.last_error,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "revocations": rows })))
+}

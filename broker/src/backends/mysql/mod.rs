@@ -1,0 +1,148 @@
+//! Backend kind `mysql` (MariaDB and MySQL): each exchange creates a throw-away
+//! account with exactly one privilege on exactly one table, removed for real on
+//! revocation.
+//!
+//! - [`quote`]: the one identifier, literal and account quoting functions;
+//! - [`native_password`]: the password hash sent instead of the password;
+//! - [`users`]: creating (with their one grant) and removing the throw-away
+//!   accounts; why grants are direct here, not through roles as on PostgreSQL.
+//!
+//! MariaDB has no account expiry. The user is valid until its lease is
+//! revoked: by run end, capability revoke, or the expiry reaper, which is what
+//! makes the capability's expiry true downstream.
+
+pub mod native_password;
+pub mod quote;
+pub mod users;
+
+use super::database::{self, is_user_name, Dialect, Privilege};
+use super::{Backend, BackendError, Grant, Issued};
+use crate::capability::CapabilityClaims;
+use crate::config::DatabaseBackendConfig;
+use crate::store::writer::BoxFuture;
+use secrecy::ExposeSecret;
+use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
+use sqlx::ConnectOptions;
+use std::time::Duration;
+
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Server error numbers that mean the grant is impossible: unknown database
+/// (1049), unknown table (1146).
+const NO_SUCH_OBJECT: [u16; 2] = [1049, 1146];
+
+pub struct MysqlBackend {
+    pool: MySqlPool,
+    database: String,
+    public_host: String,
+    public_port: u16,
+    connection_limit: u32,
+}
+
+pub fn has_number(e: &sqlx::Error, numbers: &[u16]) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.try_downcast_ref::<MySqlDatabaseError>())
+        .is_some_and(|m| numbers.contains(&m.number()))
+}
+
+/// Maps a driver error to a backend error (messages never hold the URL).
+pub fn classify(e: sqlx::Error) -> BackendError {
+    if has_number(&e, &NO_SUCH_OBJECT) {
+        return BackendError::Rejected(e.to_string());
+    }
+    BackendError::Unavailable(e.to_string())
+}
+
+impl MysqlBackend {
+    /// Builds the backend without connecting (see `PostgresBackend::new`).
+    pub fn new(config: &DatabaseBackendConfig) -> Result<MysqlBackend, BackendError> {
+        let url = config
+            .url
+            .expose_secret()
+            .replacen("mariadb://", "mysql://", 1);
+        let options: MySqlConnectOptions = url
+            .parse()
+            .map_err(|_| BackendError::Unavailable("invalid mysql URL".into()))?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(
+                // The password hash is in CREATE USER: keep statements out of logs.
+                options
+                    .statement_cache_capacity(16)
+                    .disable_statement_logging(),
+            );
+        Ok(MysqlBackend {
+            pool,
+            database: config.database.clone(),
+            public_host: config.public_host.clone(),
+            public_port: config.public_port,
+            connection_limit: config.connection_limit,
+        })
+    }
+
+    /// Creates `user` with `privilege` on `path`; returns its password.
+    pub async fn create_user(
+        &self,
+        path: &database::DbPath,
+        privilege: Privilege,
+        user: &str,
+    ) -> Result<secrecy::SecretString, BackendError> {
+        if path.database != self.database {
+            return Err(BackendError::Rejected(
+                "resource database is not this backend's".into(),
+            ));
+        }
+        let password = database::new_password();
+        let hash = native_password::hash(password.expose_secret());
+        let statements = users::create_sql(user, &hash, self.connection_limit, path, privilege)
+            .map_err(|e| BackendError::Rejected(e.to_string()))?;
+        users::create(&self.pool, &statements).await?;
+        Ok(password)
+    }
+
+    pub async fn drop_users(&self, users: &[String]) -> Result<(), BackendError> {
+        users::drop_all(&self.pool, users).await
+    }
+}
+
+impl Backend for MysqlBackend {
+    fn kind(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn downstream_ref(&self, claims: &CapabilityClaims, _lease_id: &str) -> Option<String> {
+        Some(database::user_name(&claims.run))
+    }
+
+    fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>> {
+        Box::pin(async move {
+            let privilege = Privilege::from_action(&grant.claims.act)
+                .ok_or_else(|| BackendError::Rejected("not a database action".into()))?;
+            let path = database::parse_path(Dialect::Mysql, grant.path, true)
+                .ok_or_else(|| BackendError::Rejected("not a mysql resource path".into()))?;
+            let user = grant
+                .downstream_ref
+                .filter(|u| is_user_name(u))
+                .ok_or_else(|| BackendError::Rejected("no user name was reserved".into()))?;
+            let password = self.create_user(&path, privilege, user).await?;
+            let expires_at = grant.claims.exp;
+            Ok(Issued {
+                fields: database::connection_fields(
+                    "mysql",
+                    &self.public_host,
+                    self.public_port,
+                    &self.database,
+                    user,
+                    password.expose_secret(),
+                    expires_at,
+                ),
+                expires_at,
+            })
+        })
+    }
+
+    fn revoke<'a>(&'a self, refs: &'a [String]) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.drop_users(refs))
+    }
+}

@@ -1,0 +1,48 @@
+//! The one place MySQL/MariaDB identifiers and literals are quoted.
+//!
+//! Every name and value the MySQL backend puts into a statement passes through
+//! [`ident`] or [`literal`]. Backslash is refused rather than escaped: whether
+//! `\` escapes inside a string depends on the server's `NO_BACKSLASH_ESCAPES`
+//! mode, so no single escaping is right on every server, and nothing the broker
+//! generates (names from strict grammars, hex password hashes) contains one.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("value cannot be quoted for MySQL (NUL or backslash)")]
+pub struct Unquotable;
+
+/// `` `name` ``, with `` ` `` doubled.
+pub fn ident(name: &str) -> Result<String, Unquotable> {
+    if name.is_empty() || name.contains(['\0', '\\']) {
+        return Err(Unquotable);
+    }
+    Ok(format!("`{}`", name.replace('`', "``")))
+}
+
+/// `'value'`, with `'` doubled.
+pub fn literal(value: &str) -> Result<String, Unquotable> {
+    if value.contains(['\0', '\\']) {
+        return Err(Unquotable);
+    }
+    Ok(format!("'{}'", value.replace('\'', "''")))
+}
+
+/// An account: `'user'@'%'`.
+pub fn account(user: &str) -> Result<String, Unquotable> {
+    Ok(format!("{}@'%'", literal(user)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_identifiers_and_literals() {
+        assert_eq!(ident("orders").unwrap(), "`orders`");
+        assert_eq!(ident("a`b").unwrap(), "`a``b`");
+        assert_eq!(ident("a\\b"), Err(Unquotable));
+        assert_eq!(literal("it's").unwrap(), "'it''s'");
+        assert_eq!(literal("a\\"), Err(Unquotable));
+        assert_eq!(literal("a\0"), Err(Unquotable));
+        assert_eq!(account("tsr_x").unwrap(), "'tsr_x'@'%'");
+    }
+}

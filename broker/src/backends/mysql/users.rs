@@ -1,0 +1,137 @@
+//! Throw-away MariaDB/MySQL accounts: `'tsr_…'@'%'`, created per exchange.
+//!
+//! Created with the password's `mysql_native_password` hash (never the
+//! plaintext) and a per-user connection limit, then granted the one privilege
+//! on the one table (or `database.*`) directly.
+//!
+//! Why directly, not through a role as on PostgreSQL: MariaDB stores each table
+//! grant as its own row in `mysql.tables_priv`, so there is no per-table ACL to
+//! overflow (10,000 users granted on one table were created without error
+//! here); and a role only applies once it is the user's default role, which
+//! `SET DEFAULT ROLE … FOR` another user allows only with UPDATE on the `mysql`
+//! schema — a privilege that lets its holder rewrite every account's rights.
+//! Direct grants need no more than GRANT OPTION on the table.
+//!
+//! MariaDB has no account expiry: the broker's expiry reaper is what ends an
+//! expired user. Removal, per batch: `ALTER USER … ACCOUNT LOCK` (no new
+//! logins), `KILL CONNECTION` for each of their sessions found in
+//! `information_schema.PROCESSLIST`, then one `DROP USER IF EXISTS` for all,
+//! which removes their grants too. Every step tolerates users that are already
+//! gone, so removal is idempotent.
+
+use super::quote::{account, ident, literal, Unquotable};
+use crate::backends::database::{is_user_name, DbPath, Privilege, Table};
+use crate::backends::BackendError;
+use sqlx::{MySqlPool, Row};
+
+const BATCH: usize = 1000;
+/// ER_NO_SUCH_THREAD: the session ended on its own meanwhile.
+const NO_SUCH_THREAD: u16 = 1094;
+
+/// The statements that create one user with its one grant, in order.
+pub fn create_sql(
+    user: &str,
+    password_hash: &str,
+    connection_limit: u32,
+    path: &DbPath,
+    privilege: Privilege,
+) -> Result<[String; 2], Unquotable> {
+    let acct = account(user)?;
+    let table = match &path.table {
+        Table::Named(t) => ident(t)?,
+        Table::All => "*".to_owned(),
+    };
+    Ok([
+        format!(
+            "CREATE USER {acct} IDENTIFIED BY PASSWORD {} WITH MAX_USER_CONNECTIONS {connection_limit}",
+            literal(password_hash)?
+        ),
+        format!(
+            "GRANT {} ON {}.{table} TO {acct}",
+            privilege.sql(),
+            ident(&path.database)?
+        ),
+    ])
+}
+
+pub async fn create(pool: &MySqlPool, statements: &[String]) -> Result<(), BackendError> {
+    for sql in statements {
+        sqlx::raw_sql(sql)
+            .execute(pool)
+            .await
+            .map_err(super::classify)?;
+    }
+    Ok(())
+}
+
+/// Locks, disconnects and drops `users`; names that are not broker user names
+/// are ignored.
+pub async fn drop_all(pool: &MySqlPool, users: &[String]) -> Result<(), BackendError> {
+    let ours: Vec<&String> = users.iter().filter(|u| is_user_name(u)).collect();
+    for chunk in ours.chunks(BATCH) {
+        drop_batch(pool, chunk).await?;
+    }
+    Ok(())
+}
+
+async fn drop_batch(pool: &MySqlPool, users: &[&String]) -> Result<(), BackendError> {
+    let rejected = |e: Unquotable| BackendError::Rejected(e.to_string());
+    let accounts = users
+        .iter()
+        .map(|u| account(u))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(rejected)?
+        .join(", ");
+    let names = users
+        .iter()
+        .map(|u| literal(u))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(rejected)?
+        .join(", ");
+    sqlx::raw_sql(&format!("ALTER USER IF EXISTS {accounts} ACCOUNT LOCK"))
+        .execute(pool)
+        .await
+        .map_err(super::classify)?;
+    let sessions = sqlx::raw_sql(&format!(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE USER IN ({names})"
+    ))
+    .fetch_all(pool)
+    .await
+    .map_err(super::classify)?;
+    for row in sessions {
+        let id: i64 = row.try_get(0).map_err(super::classify)?;
+        if let Err(e) = sqlx::raw_sql(&format!("KILL CONNECTION {id}"))
+            .execute(pool)
+            .await
+        {
+            if !super::has_number(&e, &[NO_SUCH_THREAD]) {
+                return Err(super::classify(e));
+            }
+        }
+    }
+    sqlx::raw_sql(&format!("DROP USER IF EXISTS {accounts}"))
+        .execute(pool)
+        .await
+        .map_err(super::classify)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_statements_carry_the_hash_not_the_password() {
+        use crate::backends::database::{parse_path, Dialect};
+        let path = parse_path(Dialect::Mysql, "shop.Orders", true).unwrap();
+        let [create, grant] = create_sql("tsr_u", "*ABC", 2, &path, Privilege::Insert).unwrap();
+        assert_eq!(
+            create,
+            "CREATE USER 'tsr_u'@'%' IDENTIFIED BY PASSWORD '*ABC' WITH MAX_USER_CONNECTIONS 2"
+        );
+        assert_eq!(grant, "GRANT INSERT ON `shop`.`Orders` TO 'tsr_u'@'%'");
+        let all = parse_path(Dialect::Mysql, "shop.*", true).unwrap();
+        let [_, grant] = create_sql("tsr_u", "*ABC", 2, &all, Privilege::Select).unwrap();
+        assert_eq!(grant, "GRANT SELECT ON `shop`.* TO 'tsr_u'@'%'");
+    }
+}

@@ -1,0 +1,163 @@
+//! Backend kind `postgres`: each exchange creates a throw-away login role with
+//! exactly one privilege on exactly one table, removed for real on revocation.
+//!
+//! - [`quote`]: the one identifier and the one literal quoting function;
+//! - [`scram`]: the SCRAM-SHA-256 verifier the broker sends instead of a password;
+//! - [`grants`]: broker-managed group roles that hold the table privileges;
+//! - [`users`]: creating and removing the throw-away roles.
+//!
+//! The user name is chosen before anything exists downstream
+//! ([`Backend::downstream_ref`]) and stored with the lease, so whatever happens
+//! next — failure, crash, expiry, run end — the revocation outbox knows what to
+//! remove. `VALID UNTIL` is set to the capability's expiry, but it only refuses
+//! new logins: ending sessions and dropping the role is the revocation worker's
+//! job, driven by run end, capability revoke, and the expiry reaper.
+
+pub mod grants;
+pub mod quote;
+pub mod scram;
+pub mod users;
+
+use super::database::{self, is_user_name, Dialect, Privilege};
+use super::{Backend, BackendError, Grant, Issued};
+use crate::capability::CapabilityClaims;
+use crate::config::DatabaseBackendConfig;
+use crate::store::writer::BoxFuture;
+use secrecy::ExposeSecret;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::ConnectOptions;
+use std::time::Duration;
+
+/// How long an exchange waits for a connection before answering 503.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub struct PostgresBackend {
+    pool: PgPool,
+    database: String,
+    public_host: String,
+    public_port: u16,
+    connection_limit: u32,
+    scram_iterations: u32,
+    groups: grants::Groups,
+}
+
+/// SQLSTATEs that mean the grant itself is impossible (no such table, schema
+/// or database), as opposed to the server being unreachable.
+const NO_SUCH_OBJECT: [&str; 3] = ["42P01", "3F000", "3D000"];
+
+/// Maps a driver error to a backend error. Driver messages name objects and
+/// SQLSTATEs, never the connection URL or a password.
+pub fn classify(e: sqlx::Error) -> BackendError {
+    if grants::has_code(&e, &NO_SUCH_OBJECT) {
+        return BackendError::Rejected(e.to_string());
+    }
+    BackendError::Unavailable(e.to_string())
+}
+
+impl PostgresBackend {
+    /// Builds the backend without connecting: a database that is down at start
+    /// only makes exchanges for it fail (503) until it is back.
+    pub fn new(config: &DatabaseBackendConfig) -> Result<PostgresBackend, BackendError> {
+        let options: PgConnectOptions = config
+            .url
+            .expose_secret()
+            .parse()
+            .map_err(|_| BackendError::Unavailable("invalid postgres URL".into()))?;
+        // Statement logging off: CREATE ROLE carries a verifier, which is not the
+        // password but is no business of a log either (sqlx logs slow statements
+        // at WARN with their full text).
+        let options = options
+            .application_name("tessera-broker")
+            .options([("statement_timeout", "30s"), ("lock_timeout", "10s")])
+            .disable_statement_logging();
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(options);
+        Ok(PostgresBackend {
+            pool,
+            database: config.database.clone(),
+            public_host: config.public_host.clone(),
+            public_port: config.public_port,
+            connection_limit: config.connection_limit,
+            scram_iterations: config.scram_iterations,
+            groups: grants::Groups::default(),
+        })
+    }
+
+    /// Creates `user` with `privilege` on `path`, valid until `valid_until`;
+    /// returns its password. The issue path; also what the scale test drives.
+    pub async fn create_user(
+        &self,
+        path: &database::DbPath,
+        privilege: Privilege,
+        user: &str,
+        valid_until: i64,
+    ) -> Result<secrecy::SecretString, BackendError> {
+        if path.database != self.database {
+            return Err(BackendError::Rejected(
+                "resource database is not this backend's".into(),
+            ));
+        }
+        let group = self.groups.ensure(&self.pool, path, privilege).await?;
+        // PBKDF2 with 4096 rounds is ~1 ms of CPU: off the async workers.
+        let iterations = self.scram_iterations;
+        let (password, verifier) = tokio::task::spawn_blocking(move || {
+            let password = database::new_password();
+            let verifier = scram::verifier(password.expose_secret(), iterations);
+            (password, verifier)
+        })
+        .await
+        .map_err(|_| BackendError::Unavailable("verifier task failed".into()))?;
+        let sql = users::create_sql(user, &verifier, valid_until, self.connection_limit, &group)
+            .map_err(|e| BackendError::Rejected(e.to_string()))?;
+        users::create(&self.pool, &sql).await?;
+        Ok(password)
+    }
+
+    /// Removes `users` (idempotent). See [`users::drop_all`].
+    pub async fn drop_users(&self, users: &[String]) -> Result<(), BackendError> {
+        users::drop_all(&self.pool, users).await
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn downstream_ref(&self, claims: &CapabilityClaims, _lease_id: &str) -> Option<String> {
+        Some(database::user_name(&claims.run))
+    }
+
+    fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>> {
+        Box::pin(async move {
+            let privilege = Privilege::from_action(&grant.claims.act)
+                .ok_or_else(|| BackendError::Rejected("not a database action".into()))?;
+            let path = database::parse_path(Dialect::Postgres, grant.path, true)
+                .ok_or_else(|| BackendError::Rejected("not a postgres resource path".into()))?;
+            let user = grant
+                .downstream_ref
+                .filter(|u| is_user_name(u))
+                .ok_or_else(|| BackendError::Rejected("no user name was reserved".into()))?;
+            let expires_at = grant.claims.exp;
+            let password = self.create_user(&path, privilege, user, expires_at).await?;
+            Ok(Issued {
+                fields: database::connection_fields(
+                    "postgres",
+                    &self.public_host,
+                    self.public_port,
+                    &self.database,
+                    user,
+                    password.expose_secret(),
+                    expires_at,
+                ),
+                expires_at,
+            })
+        })
+    }
+
+    fn revoke<'a>(&'a self, refs: &'a [String]) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.drop_users(refs))
+    }
+}

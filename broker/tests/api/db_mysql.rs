@@ -1,0 +1,434 @@
+//! Backend kind `mysql` against the real MariaDB server on this machine: a
+//! throw-away account with one privilege on one table, removed for real.
+//!
+//! Each test uses tables of its own (`tsr_t_<random>_…`) in the backend's
+//! database `test`, plus a database of its own for "another schema", and drops
+//! them and the roles they caused at the end. MariaDB checks passwords here, so
+//! logins prove the handed-out password matches the hash the broker sent.
+
+use crate::helpers::{assert_error, mysql_url, Db, DbBackends, TestApp};
+use crate::proxy::Proxy;
+use reqwest::StatusCode;
+use serde_json::Value;
+use sqlx::mysql::{MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
+use sqlx::{Connection, MySqlConnection, Row};
+
+/// ER_TABLEACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR.
+const DENIED: [u16; 2] = [1142, 1044];
+
+pub struct MyFixture {
+    pub admin: MySqlPool,
+    pub prefix: String,
+    _guard: Guard,
+}
+
+/// Tests that count every account ([`MyFixture::exclusive`]) run alone.
+static ACCOUNTS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Held, never read: it is the lock.
+#[allow(dead_code)]
+pub enum Guard {
+    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
+    Exclusive(tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
+impl MyFixture {
+    pub async fn new() -> MyFixture {
+        Self::with_guard(Guard::Shared(ACCOUNTS.read().await)).await
+    }
+
+    pub async fn exclusive() -> MyFixture {
+        Self::with_guard(Guard::Exclusive(ACCOUNTS.write().await)).await
+    }
+
+    async fn with_guard(guard: Guard) -> MyFixture {
+        let admin = MySqlPoolOptions::new()
+            .max_connections(2)
+            .connect(&mysql_url())
+            .await
+            .expect("MariaDB on 127.0.0.1:3306 (see .ci/run)");
+        let prefix = format!(
+            "tsr_t_{}",
+            tessera_broker::ids::hex(&tessera_broker::ids::random_bytes::<6>())
+        );
+        let p = &prefix;
+        for sql in [
+            format!("CREATE TABLE test.{p}_granted (id int, v text)"),
+            format!("INSERT INTO test.{p}_granted VALUES (1, 'a')"),
+            format!("CREATE TABLE test.{p}_other (id int)"),
+            format!("CREATE DATABASE {p}_b"),
+            format!("CREATE TABLE {p}_b.{p}_granted (id int)"),
+        ] {
+            sqlx::raw_sql(&sql).execute(&admin).await.unwrap();
+        }
+        MyFixture {
+            admin,
+            prefix,
+            _guard: guard,
+        }
+    }
+
+    pub fn resource(&self, table: &str) -> String {
+        format!("my-test:test.{}_{table}", self.prefix)
+    }
+
+    pub fn table(&self, table: &str) -> String {
+        format!("test.{}_{table}", self.prefix)
+    }
+
+    pub async fn user_exists(&self, name: &str) -> bool {
+        sqlx::query("SELECT 1 FROM mysql.user WHERE User = ?")
+            .bind(name)
+            .fetch_optional(&self.admin)
+            .await
+            .unwrap()
+            .is_some()
+    }
+
+    pub async fn account_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM mysql.user")
+            .fetch_one(&self.admin)
+            .await
+            .unwrap()
+    }
+
+    pub async fn cleanup(self) {
+        let p = &self.prefix;
+        for sql in [
+            format!("DROP TABLE test.{p}_granted, test.{p}_other"),
+            format!("DROP DATABASE {p}_b"),
+        ] {
+            sqlx::raw_sql(&sql).execute(&self.admin).await.unwrap();
+        }
+    }
+}
+
+fn denied(e: sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.try_downcast_ref::<MySqlDatabaseError>())
+        .is_some_and(|m| DENIED.contains(&m.number()))
+}
+
+async fn select(conn: &mut MySqlConnection, table: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query(&format!("SELECT COUNT(*) AS n FROM {table}"))
+        .fetch_one(conn)
+        .await
+        .map(|r| r.get::<i64, _>("n"))
+}
+
+async fn exchange_ok(app: &TestApp, cap: &Value) -> Value {
+    let resp = app.exchange(cap["token"].as_str().unwrap()).await;
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{v}");
+    v
+}
+
+async fn end_run(app: &TestApp, key: &str, run_id: &str) {
+    let resp = app
+        .post(&format!("/v1/runs/{run_id}/end"), Some(key), Value::Null)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_issued_user_gets_exactly_one_grant_and_run_end_removes_it() {
+    let fx = MyFixture::new().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    assert_eq!(v["kind"], "mysql");
+    let user = v["username"].as_str().unwrap().to_owned();
+    let password = v["password"].as_str().unwrap();
+    let dsn = v["dsn"].as_str().unwrap().to_owned();
+    assert_eq!(
+        dsn,
+        format!("mysql://{user}:{password}@127.0.0.1:3306/test")
+    );
+    assert_eq!(
+        (v["host"].as_str(), v["port"].as_u64()),
+        (Some("127.0.0.1"), Some(3306))
+    );
+
+    // The password really is checked: a wrong one is refused.
+    let wrong = dsn.replace(password, "tsr_pw_wrong");
+    assert!(MySqlConnection::connect(&wrong).await.is_err());
+
+    let mut conn = MySqlConnection::connect(&dsn).await.unwrap();
+    assert_eq!(select(&mut conn, &fx.table("granted")).await.unwrap(), 1);
+    assert!(denied(
+        select(&mut conn, &fx.table("other")).await.unwrap_err()
+    ));
+    let p = &fx.prefix;
+    assert!(denied(
+        select(&mut conn, &format!("{p}_b.{p}_granted"))
+            .await
+            .unwrap_err()
+    ));
+    for write in [
+        format!("INSERT INTO {} VALUES (9, 'x')", fx.table("granted")),
+        format!("UPDATE {} SET v = 'y'", fx.table("granted")),
+        format!("DELETE FROM {}", fx.table("granted")),
+    ] {
+        let e = sqlx::raw_sql(&write).execute(&mut conn).await.unwrap_err();
+        assert!(denied(e), "{write}");
+    }
+    let limit: i64 = sqlx::query_scalar(
+        "SELECT CAST(max_user_connections AS SIGNED) FROM mysql.user WHERE User = ?",
+    )
+    .bind(&user)
+    .fetch_one(&fx.admin)
+    .await
+    .unwrap();
+    assert_eq!(limit, 2);
+
+    // Run end: locked, session killed, dropped.
+    end_run(&app, &key, &run_id).await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!fx.user_exists(&user).await, "user dropped");
+    assert!(
+        select(&mut conn, &fx.table("granted")).await.is_err(),
+        "the session opened before was killed"
+    );
+    assert!(MySqlConnection::connect(&dsn).await.is_err(), "login fails");
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_capability_revoke_and_expiry_remove_users() {
+    let fx = MyFixture::new().await;
+    let app = TestApp::spawn_db(Db::Postgres).await;
+    let (_key, _run, token) = app.run_for("alice").await;
+
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let revoked = v["username"].as_str().unwrap().to_owned();
+    let mut open = MySqlConnection::connect(v["dsn"].as_str().unwrap())
+        .await
+        .unwrap();
+    let id = cap["capability_id"].as_str().unwrap();
+    app.post(
+        &format!("/v1/capabilities/{id}/revoke"),
+        Some(&token),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!fx.user_exists(&revoked).await);
+    assert!(select(&mut open, &fx.table("granted")).await.is_err());
+
+    // MariaDB has no account expiry: only the reaper ends this user.
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let expiring = v["username"].as_str().unwrap().to_owned();
+    let dsn = v["dsn"].as_str().unwrap().to_owned();
+    let mut open = MySqlConnection::connect(&dsn).await.unwrap();
+    app.state
+        .clock
+        .advance(std::time::Duration::from_secs(11 * 60));
+    tessera_broker::expiry::sweep(&app.state).await.unwrap();
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!fx.user_exists(&expiring).await);
+    assert!(select(&mut open, &fx.table("granted")).await.is_err());
+    assert!(MySqlConnection::connect(&dsn).await.is_err());
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_fifty_parallel_exchanges_get_distinct_working_users() {
+    let fx = MyFixture::new().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (key, run_id, token) = app.run_for("dora").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let capability = cap["token"].as_str().unwrap().to_owned();
+    let calls = (0..50).map(|_| app.exchange(&capability));
+    let mut dsns = std::collections::BTreeSet::new();
+    for resp in futures_util::future::join_all(calls).await {
+        assert_eq!(resp.status(), StatusCode::OK);
+        let v: Value = resp.json().await.unwrap();
+        dsns.insert(v["dsn"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(dsns.len(), 50);
+    assert_error(
+        app.exchange(&capability).await,
+        StatusCode::FORBIDDEN,
+        "uses_exhausted",
+    )
+    .await;
+    for dsn in &dsns {
+        let mut conn = MySqlConnection::connect(dsn).await.unwrap();
+        assert_eq!(select(&mut conn, &fx.table("granted")).await.unwrap(), 1);
+        conn.close().await.unwrap();
+    }
+    end_run(&app, &key, &run_id).await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        50
+    );
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM mysql.user WHERE User LIKE ?")
+        .bind(format!("tsr_{}_%", run_id.replace('-', "")))
+        .fetch_one(&fx.admin)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_hostile_resource_names_are_refused_before_any_sql() {
+    let fx = MyFixture::exclusive().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (_key, _run, token) = app.run_for("alice").await;
+    let before = fx.account_count().await;
+    let long = "t".repeat(300);
+    for res in [
+        "my-test:test.t`; DROP USER root; --".to_owned(),
+        "my-test:test.t'".to_owned(),
+        "my-test:test.t\\".to_owned(),
+        "my-test:test.t;".to_owned(),
+        "my-test:test.t--".to_owned(),
+        "my-test:test.tä".to_owned(),
+        format!("my-test:test.{long}"),
+        "my-test:test.t*".to_owned(),
+        "my-test:*.t".to_owned(),
+        "my-test:test.public.t".to_owned(),
+        "my-test:mysql.user".to_owned(),
+    ] {
+        assert_error(
+            app.capability(&token, "select", &res).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_resource",
+        )
+        .await;
+    }
+    assert_eq!(app.count("capabilities").await, 0);
+    assert_eq!(fx.account_count().await, before, "no account was created");
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_downstream_down_is_503_and_revocation_survives_restart() {
+    let fx = MyFixture::new().await;
+    let mut proxy = Proxy::start("127.0.0.1:3306").await;
+    let backends = DbBackends {
+        mysql: mysql_url().replace("127.0.0.1:3306", &format!("127.0.0.1:{}", proxy.port)),
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let user = v["username"].as_str().unwrap().to_owned();
+
+    proxy.cut().await;
+    let err = assert_error(
+        app.exchange(cap["token"].as_str().unwrap()).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "backend_unavailable",
+    )
+    .await;
+    assert!(!err.to_string().contains("mysql://"));
+    let live: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM leases WHERE revoked_at IS NULL")
+        .fetch_one(app.state.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(live, 1);
+    end_run(&app, &key, &run_id).await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(fx.user_exists(&user).await);
+
+    // Restart while the server is away; it comes back; the new broker finishes.
+    let app = app.restart().await;
+    proxy.restore().await;
+    app.state.clock.advance(std::time::Duration::from_secs(60));
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(!fx.user_exists(&user).await);
+    fx.cleanup().await;
+}
+
+/// The least privileges docs/backends/databases.md asks for are enough: an
+/// account with CREATE USER, CONNECTION ADMIN, PROCESS and the grant option on
+/// the table — not root — issues, and removes on run end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_least_privileged_broker_account_suffices() {
+    let fx = MyFixture::new().await;
+    let account = format!("{}_broker", fx.prefix);
+    for sql in [
+        format!("CREATE USER '{account}'@'%'"),
+        format!("GRANT CREATE USER, CONNECTION ADMIN, PROCESS ON *.* TO '{account}'@'%'"),
+        format!(
+            "GRANT SELECT ON {} TO '{account}'@'%' WITH GRANT OPTION",
+            fx.table("granted")
+        ),
+    ] {
+        sqlx::raw_sql(&sql).execute(&fx.admin).await.unwrap();
+    }
+    let backends = DbBackends {
+        mysql: mysql_url().replace("mysql://root@", &format!("mysql://{account}@")),
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let user = v["username"].as_str().unwrap().to_owned();
+    let mut open = MySqlConnection::connect(v["dsn"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(select(&mut open, &fx.table("granted")).await.unwrap(), 1);
+    end_run(&app, &key, &run_id).await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!fx.user_exists(&user).await);
+    assert!(select(&mut open, &fx.table("granted")).await.is_err());
+    drop(app);
+    sqlx::raw_sql(&format!("DROP USER '{account}'@'%'"))
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+    fx.cleanup().await;
+}

@@ -1,0 +1,899 @@
+//! Backend kind `postgres` against the real PostgreSQL server on this machine:
+//! throw-away roles with exactly one privilege on one table, removed for real.
+//!
+//! Each test works in schemas of its own (`tsr_t_<random>`) in the `postgres`
+//! database and drops them, and the group roles it caused, at the end.
+//! Note: this machine's pg_hba.conf trusts loopback, so a login here proves the
+//! role exists and may log in, not that the password matches; that the handed
+//! out password matches the stored verifier is checked separately
+//! (`pg_issued_user_gets_exactly_one_grant` recomputes it).
+
+use crate::both_stores;
+use crate::helpers::{assert_error, pg_url, Db, DbBackends, TestApp};
+use crate::proxy::Proxy;
+use base64::Engine;
+use reqwest::StatusCode;
+use serde_json::Value;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Connection, PgConnection, Row};
+use tessera_broker::backends::database::{group_name, parse_path, Dialect, Privilege};
+use tessera_broker::backends::postgres::scram;
+
+both_stores!(
+    pg_run_end_removes_user_and_cuts_sessions,
+    pg_revocation_survives_restart
+);
+
+/// A schema pair of this test's own, and a superuser pool to inspect with.
+pub struct PgFixture {
+    pub admin: PgPool,
+    pub schema: String,
+    _guard: Guard,
+}
+
+/// Tests that count every role on the server ([`PgFixture::exclusive`]) run
+/// alone; the others share. Without it, a parallel test creating roles would
+/// make "nothing was created" flaky.
+static ROLES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Held, never read: it is the lock.
+#[allow(dead_code)]
+pub enum Guard {
+    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
+    Exclusive(tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
+const SQLSTATE_PERMISSION_DENIED: &str = "42501";
+
+impl PgFixture {
+    pub async fn new() -> PgFixture {
+        Self::with_guard(Guard::Shared(ROLES.read().await)).await
+    }
+
+    /// A fixture whose test may count every role: no other runs meanwhile.
+    pub async fn exclusive() -> PgFixture {
+        Self::with_guard(Guard::Exclusive(ROLES.write().await)).await
+    }
+
+    async fn with_guard(guard: Guard) -> PgFixture {
+        let admin = PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&pg_url())
+            .await
+            .expect("PostgreSQL on 127.0.0.1:5432 (see .ci/run)");
+        let schema = format!(
+            "tsr_t_{}",
+            tessera_broker::ids::hex(&tessera_broker::ids::random_bytes::<6>())
+        );
+        let s = &schema;
+        sqlx::raw_sql(&format!(
+            "CREATE SCHEMA {s}; CREATE SCHEMA {s}_b;
+             CREATE TABLE {s}.granted (id int, v text); INSERT INTO {s}.granted VALUES (1, 'a');
+             CREATE TABLE {s}.other (id int); INSERT INTO {s}.other VALUES (2);
+             CREATE TABLE {s}_b.granted (id int); INSERT INTO {s}_b.granted VALUES (3);"
+        ))
+        .execute(&admin)
+        .await
+        .unwrap();
+        PgFixture {
+            admin,
+            schema,
+            _guard: guard,
+        }
+    }
+
+    pub fn resource(&self, table: &str) -> String {
+        format!("pg-test:postgres.{}.{table}", self.schema)
+    }
+
+    pub async fn role_exists(&self, name: &str) -> bool {
+        sqlx::query("SELECT 1 FROM pg_roles WHERE rolname = $1")
+            .bind(name)
+            .fetch_optional(&self.admin)
+            .await
+            .unwrap()
+            .is_some()
+    }
+
+    pub async fn role_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM pg_roles")
+            .fetch_one(&self.admin)
+            .await
+            .unwrap()
+    }
+
+    /// Drops the schemas and every group role this fixture's tables caused.
+    pub async fn cleanup(self) {
+        let s = &self.schema;
+        let mut groups = vec![];
+        for schema in [s.clone(), format!("{s}_b")] {
+            for table in ["granted", "other", "no_such_table"] {
+                let path = parse_path(
+                    Dialect::Postgres,
+                    &format!("postgres.{schema}.{table}"),
+                    false,
+                )
+                .unwrap();
+                for p in [
+                    Privilege::Select,
+                    Privilege::Insert,
+                    Privilege::Update,
+                    Privilege::Delete,
+                ] {
+                    groups.push(group_name(Dialect::Postgres, &path, p));
+                }
+            }
+        }
+        sqlx::raw_sql(&format!(
+            "DROP SCHEMA {s} CASCADE; DROP SCHEMA {s}_b CASCADE;"
+        ))
+        .execute(&self.admin)
+        .await
+        .unwrap();
+        let existing: Vec<String> =
+            sqlx::query_scalar("SELECT rolname::text FROM pg_roles WHERE rolname = ANY($1)")
+                .bind(&groups)
+                .fetch_all(&self.admin)
+                .await
+                .unwrap();
+        for g in existing {
+            sqlx::raw_sql(&format!("DROP OWNED BY \"{g}\"; DROP ROLE \"{g}\";"))
+                .execute(&self.admin)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Exchanges a capability; asserts success and returns the response.
+pub async fn exchange_ok(app: &TestApp, cap: &Value) -> Value {
+    let resp = app.exchange(cap["token"].as_str().unwrap()).await;
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{v}");
+    v
+}
+
+fn denied(e: sqlx::Error) -> bool {
+    matches!(&e, sqlx::Error::Database(d) if d.code().as_deref() == Some(SQLSTATE_PERMISSION_DENIED))
+}
+
+/// A select the connection must be allowed / refused.
+async fn select(conn: &mut PgConnection, table: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query(&format!("SELECT count(*) AS n FROM {table}"))
+        .fetch_one(conn)
+        .await
+        .map(|r| r.get::<i64, _>("n"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_issued_user_gets_exactly_one_grant() {
+    let fx = PgFixture::new().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (_key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    assert_eq!(v["kind"], "postgres");
+    let f = &v;
+    let user = f["username"].as_str().unwrap();
+    let password = f["password"].as_str().unwrap();
+    assert!(user.starts_with("tsr_") && user.contains(&run_id.replace('-', "")));
+    assert!(password.starts_with("tsr_pw_"));
+    assert_eq!(f["host"], "127.0.0.1");
+    assert_eq!(f["port"], 5432);
+    assert_eq!(f["database"], "postgres");
+    assert_eq!(
+        f["dsn"],
+        format!("postgres://{user}:{password}@127.0.0.1:5432/postgres")
+    );
+    assert_eq!(f["valid_until"], v["expires_at"]);
+
+    // The role as PostgreSQL stores it: SCRAM verifier of exactly this password,
+    // VALID UNTIL the capability's expiry, the connection limit, one membership.
+    let row = sqlx::query(
+        "SELECT rolpassword, extract(epoch FROM rolvaliduntil)::bigint AS until, rolconnlimit, \
+         rolcanlogin, rolinherit, rolcreaterole, rolcreatedb, rolsuper \
+         FROM pg_authid WHERE rolname = $1",
+    )
+    .bind(user)
+    .fetch_one(&fx.admin)
+    .await
+    .unwrap();
+    let stored: String = row.get("rolpassword");
+    let salt_b64 = stored.split(['$', ':']).nth(2).unwrap();
+    let salt = base64::engine::general_purpose::STANDARD
+        .decode(salt_b64)
+        .unwrap();
+    assert_eq!(stored, scram::verifier_with(password, &salt, 4096));
+    let exp = tessera_broker::clock::parse_rfc3339_ms(v["expires_at"].as_str().unwrap()).unwrap();
+    assert_eq!(row.get::<i64, _>("until"), exp / 1000);
+    assert_eq!(row.get::<i32, _>("rolconnlimit"), 2);
+    assert!(row.get::<bool, _>("rolcanlogin") && row.get::<bool, _>("rolinherit"));
+    assert!(!row.get::<bool, _>("rolcreaterole") && !row.get::<bool, _>("rolcreatedb"));
+    assert!(!row.get::<bool, _>("rolsuper"));
+    let groups: Vec<String> = sqlx::query_scalar(
+        "SELECT g.rolname::text FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid \
+         JOIN pg_roles u ON u.oid = m.member WHERE u.rolname = $1",
+    )
+    .bind(user)
+    .fetch_all(&fx.admin)
+    .await
+    .unwrap();
+    assert_eq!(groups.len(), 1);
+    assert!(groups[0].starts_with("tsr_g_"));
+
+    // What the user can and cannot do.
+    let s = &fx.schema;
+    let mut conn = PgConnection::connect(f["dsn"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(select(&mut conn, &format!("{s}.granted")).await.unwrap(), 1);
+    assert!(denied(
+        select(&mut conn, &format!("{s}.other")).await.unwrap_err()
+    ));
+    assert!(denied(
+        select(&mut conn, &format!("{s}_b.granted"))
+            .await
+            .unwrap_err()
+    ));
+    for write in [
+        format!("INSERT INTO {s}.granted VALUES (9, 'x')"),
+        format!("UPDATE {s}.granted SET v = 'y'"),
+        format!("DELETE FROM {s}.granted"),
+        format!("CREATE TABLE {s}.mine (id int)"),
+    ] {
+        let e = sqlx::raw_sql(&write).execute(&mut conn).await.unwrap_err();
+        assert!(denied(e), "{write}");
+    }
+    conn.close().await.unwrap();
+
+    // A second exchange for the same resource reuses the group: one ACL entry.
+    let v2 = exchange_ok(&app, &cap).await;
+    assert_ne!(v2["username"], f["username"]);
+    let acl: Vec<String> =
+        sqlx::query_scalar("SELECT unnest(relacl)::text FROM pg_class WHERE oid = $1::regclass")
+            .bind(format!("{s}.granted"))
+            .fetch_all(&fx.admin)
+            .await
+            .unwrap();
+    assert_eq!(
+        acl.iter().filter(|a| a.starts_with("tsr_")).count(),
+        1,
+        "{acl:?}"
+    );
+
+    // Another action is another group, and works for that action only.
+    let ins = app
+        .capability_ok(&token, "insert", &fx.resource("granted"))
+        .await;
+    let v3 = exchange_ok(&app, &ins).await;
+    let mut conn = PgConnection::connect(v3["dsn"].as_str().unwrap())
+        .await
+        .unwrap();
+    sqlx::raw_sql(&format!("INSERT INTO {s}.granted VALUES (5, 'z')"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert!(denied(
+        select(&mut conn, &format!("{s}.granted"))
+            .await
+            .unwrap_err()
+    ));
+    conn.close().await.unwrap();
+
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&_key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        3
+    );
+    // No password, verifier or privileged URL in the audit log.
+    let audit = serde_json::to_string(&app.audit("limit=500").await).unwrap();
+    assert!(audit.contains(user), "the user name is audited");
+    for secret in [password, "tsr_pw_", "SCRAM-SHA-256", "postgres://"] {
+        assert!(!audit.contains(secret), "{secret} in the audit log");
+    }
+    fx.cleanup().await;
+}
+
+async fn pg_run_end_removes_user_and_cuts_sessions(_plain: TestApp) {
+    let fx = PgFixture::new().await;
+    let app = TestApp::spawn_db(store_of(&_plain)).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let user = v["username"].as_str().unwrap().to_owned();
+    let dsn = v["dsn"].as_str().unwrap().to_owned();
+    let mut open = PgConnection::connect(&dsn).await.unwrap();
+    select(&mut open, &format!("{}.granted", fx.schema))
+        .await
+        .unwrap();
+
+    let resp = app
+        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+
+    assert!(!fx.role_exists(&user).await, "user dropped");
+    assert!(
+        select(&mut open, &format!("{}.granted", fx.schema))
+            .await
+            .is_err(),
+        "the session opened before was terminated"
+    );
+    assert!(PgConnection::connect(&dsn).await.is_err(), "login fails");
+    let audit = app.audit("event=lease.revoked").await;
+    assert_eq!(audit.len(), 1);
+    assert!(audit[0]["detail"].as_str().unwrap().contains(&user));
+    // Settled: nothing pending, a second pass does nothing.
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
+    fx.cleanup().await;
+}
+
+/// The store of a `both_stores!` app (whose own backends are not used).
+fn store_of(app: &TestApp) -> Db {
+    if app.state.store.dialect() == tessera_broker::store::Dialect::Postgres {
+        Db::Postgres
+    } else {
+        Db::Sqlite
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_capability_revoke_and_expiry_remove_users() {
+    let fx = PgFixture::new().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (_key, _run, token) = app.run_for("alice").await;
+
+    // Capability revoke.
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let revoked_user = v["username"].as_str().unwrap().to_owned();
+    let mut open = PgConnection::connect(v["dsn"].as_str().unwrap())
+        .await
+        .unwrap();
+    let id = cap["capability_id"].as_str().unwrap();
+    let resp = app
+        .post(
+            &format!("/v1/capabilities/{id}/revoke"),
+            Some(&token),
+            Value::Null,
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!fx.role_exists(&revoked_user).await);
+    assert!(select(&mut open, "pg_class").await.is_err(), "session cut");
+
+    // Expiry: nobody ends the run; the reaper does the work.
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let expiring = v["username"].as_str().unwrap().to_owned();
+    let dsn = v["dsn"].as_str().unwrap().to_owned();
+    let mut open = PgConnection::connect(&dsn).await.unwrap();
+    tessera_broker::expiry::sweep(&app.state).await.unwrap();
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(fx.role_exists(&expiring).await, "not expired yet");
+    app.state
+        .clock
+        .advance(std::time::Duration::from_secs(11 * 60));
+    tessera_broker::expiry::sweep(&app.state).await.unwrap();
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!fx.role_exists(&expiring).await);
+    assert!(select(&mut open, "pg_class").await.is_err(), "session cut");
+    assert!(PgConnection::connect(&dsn).await.is_err());
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_fifty_parallel_exchanges_get_distinct_working_users() {
+    let fx = PgFixture::new().await;
+    let app = TestApp::spawn_db(Db::Postgres).await;
+    let (key, run_id, token) = app.run_for("dora").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    assert_eq!(cap["uses"], 50);
+    let capability = cap["token"].as_str().unwrap().to_owned();
+    let calls = (0..50).map(|_| {
+        let app = &app;
+        let capability = capability.clone();
+        async move { app.exchange(&capability).await }
+    });
+    let responses = futures_util::future::join_all(calls).await;
+    let mut dsns = std::collections::BTreeSet::new();
+    for resp in responses {
+        assert_eq!(resp.status(), StatusCode::OK);
+        let v: Value = resp.json().await.unwrap();
+        dsns.insert(v["dsn"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(dsns.len(), 50, "distinct users");
+    assert_error(
+        app.exchange(&capability).await,
+        StatusCode::FORBIDDEN,
+        "uses_exhausted",
+    )
+    .await;
+    for dsn in &dsns {
+        let mut conn = PgConnection::connect(dsn).await.unwrap();
+        assert_eq!(
+            select(&mut conn, &format!("{}.granted", fx.schema))
+                .await
+                .unwrap(),
+            1
+        );
+        conn.close().await.unwrap();
+    }
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        50
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_roles WHERE rolname LIKE $1")
+        .bind(format!("tsr_{}_%", run_id.replace('-', "")))
+        .fetch_one(&fx.admin)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_hostile_resource_names_are_refused_before_any_sql() {
+    let fx = PgFixture::exclusive().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (_key, _run, token) = app.run_for("alice").await;
+    let roles_before = fx.role_count().await;
+    let s = &fx.schema;
+    let long = "t".repeat(300);
+    let hostile = [
+        format!("pg-test:postgres.{s}.granted'; DROP ROLE postgres; --"),
+        format!("pg-test:postgres.{s}.\"granted\""),
+        format!("pg-test:postgres.{s}.granted;"),
+        format!("pg-test:postgres.{s}.granted--"),
+        format!("pg-test:postgres.{s}.gränted"),
+        format!("pg-test:postgres.{s}.{long}"),
+        format!("pg-test:postgres.{s}.granted.extra"),
+        format!("pg-test:postgres.{s}.gran*"),
+        "pg-test:postgres.*.granted".to_owned(),
+        format!("pg-test:postgres.{s}"),
+        format!("pg-test:postgres.{s}.gran ted"),
+        format!("pg-test:postgres.{s}.granted\u{0}"),
+        format!("pg-test:other_db.{s}.granted"),
+    ];
+    for res in &hostile {
+        let v = assert_error(
+            app.capability(&token, "select", res).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_resource",
+        )
+        .await;
+        assert!(!v.to_string().contains("DROP ROLE"), "{v}");
+    }
+    assert_error(
+        app.capability(&token, "usage", &fx.resource("granted"))
+            .await,
+        StatusCode::BAD_REQUEST,
+        "invalid_action",
+    )
+    .await;
+    assert_eq!(app.count("capabilities").await, 0);
+    assert_eq!(app.count("leases").await, 0);
+    assert_eq!(fx.role_count().await, roles_before, "no role was created");
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
+    let fx = PgFixture::new().await;
+    let mut proxy = Proxy::start("127.0.0.1:5432").await;
+    let backends = DbBackends {
+        pg: pg_url().replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port)),
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let first = exchange_ok(&app, &cap).await;
+    let user = first["username"].as_str().unwrap().to_owned();
+
+    proxy.cut().await;
+    let v = assert_error(
+        app.exchange(cap["token"].as_str().unwrap()).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "backend_unavailable",
+    )
+    .await;
+    assert!(!v.to_string().contains("postgres://"), "{v}");
+    let live: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM leases WHERE revoked_at IS NULL")
+        .fetch_one(app.state.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        live, 1,
+        "only the first lease is live; the failed one is not"
+    );
+
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
+    let stuck = tessera_broker::store::revocations::pending(&app.state.store, false, 10)
+        .await
+        .unwrap();
+    assert_eq!(stuck.len(), 2);
+    assert!(stuck.iter().all(|r| r.last_error.is_some()));
+    assert!(
+        stuck
+            .iter()
+            .all(|r| !r.last_error.as_deref().unwrap().contains("postgres://")),
+        "{stuck:?}"
+    );
+    assert!(
+        fx.role_exists(&user).await,
+        "still there while the server is away"
+    );
+    let failures = app.audit("event=lease.revocation_failed").await;
+    assert_eq!(failures.len(), 2);
+
+    // Still failing after three attempts: stuck, and listed as such.
+    for _ in 0..2 {
+        app.state.clock.advance(std::time::Duration::from_secs(60));
+        assert_eq!(
+            tessera_broker::revocation::run_once(&app.state)
+                .await
+                .unwrap(),
+            0
+        );
+    }
+    let listed: Value = app
+        .get("/v1/admin/leases?stuck=true", Some(&app.admin_token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let listed = listed["revocations"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed
+        .iter()
+        .all(|r| r["stuck"] == true && r["attempts"] == 3));
+    assert!(listed.iter().any(|r| r["downstream_ref"] == user.as_str()));
+
+    proxy.restore().await;
+    app.state.clock.advance(std::time::Duration::from_secs(60));
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(
+        !fx.role_exists(&user).await,
+        "removed once the server is back"
+    );
+    let listed: Value = app
+        .get("/v1/admin/leases", Some(&app.admin_token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["revocations"], serde_json::json!([]));
+    fx.cleanup().await;
+}
+
+async fn pg_revocation_survives_restart(plain: TestApp) {
+    let fx = PgFixture::new().await;
+    let app = TestApp::spawn_db(store_of(&plain)).await;
+    drop(plain);
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let user = v["username"].as_str().unwrap().to_owned();
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    // The broker stops before its worker ran: the user is still there...
+    let app = app.restart().await;
+    assert!(fx.role_exists(&user).await);
+    // ...and the restarted broker removes it from the durable outbox.
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!fx.role_exists(&user).await);
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_missing_table_is_422_and_leaves_nothing() {
+    let fx = PgFixture::exclusive().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (_key, _run, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("no_such_table"))
+        .await;
+    let before = fx.role_count().await;
+    assert_error(
+        app.exchange(cap["token"].as_str().unwrap()).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "backend_rejected",
+    )
+    .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    let reserved: String = sqlx::query_scalar("SELECT downstream_ref FROM leases")
+        .fetch_one(app.state.store.pool())
+        .await
+        .unwrap();
+    assert!(!fx.role_exists(&reserved).await, "no user was left behind");
+    // At most the (empty, NOLOGIN) group role was created before the GRANT failed.
+    assert!(fx.role_count().await <= before + 1);
+    fx.cleanup().await;
+}
+
+/// The target of issue 4: 10,000 live users on one table. Through the real
+/// exchange path (8 concurrent clients), then a sample logs in and reads, then
+/// one run end removes them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_ten_thousand_live_users_on_one_table() {
+    const USERS: usize = 10_000;
+    let fx = PgFixture::new().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (key, run_id, token) = app.run_for("ursula").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    assert_eq!(cap["uses"], USERS as u64);
+    let capability = cap["token"].as_str().unwrap().to_owned();
+    let started = std::time::Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let clients = (0..8).map(|_| async {
+        let mut dsns = vec![];
+        while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < USERS {
+            let resp = app.exchange(&capability).await;
+            let status = resp.status();
+            let v: Value = resp.json().await.unwrap();
+            assert_eq!(status, StatusCode::OK, "{v}");
+            dsns.push(v["dsn"].as_str().unwrap().to_owned());
+        }
+        dsns
+    });
+    let dsns: Vec<String> = futures_util::future::join_all(clients)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let issued_in = started.elapsed();
+    assert_eq!(dsns.len(), USERS);
+    let prefix = format!("tsr_{}_%", run_id.replace('-', ""));
+    let live = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_roles WHERE rolname LIKE $1")
+            .bind(&prefix)
+            .fetch_one(&fx.admin)
+            .await
+            .unwrap()
+    };
+    assert_eq!(live().await, USERS as i64);
+    for dsn in dsns.iter().step_by(USERS / 20) {
+        let mut conn = PgConnection::connect(dsn).await.unwrap();
+        assert_eq!(
+            select(&mut conn, &format!("{}.granted", fx.schema))
+                .await
+                .unwrap(),
+            1
+        );
+        conn.close().await.unwrap();
+    }
+    let started = std::time::Instant::now();
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        USERS
+    );
+    let revoked_in = started.elapsed();
+    assert_eq!(live().await, 0);
+    eprintln!("{USERS} users: issued in {issued_in:?}, run end + removal in {revoked_in:?}");
+    fx.cleanup().await;
+}
+
+/// `database.schema.*` (every table of a schema) needs a permit that names the
+/// wildcard itself: a permit for "any one table" does not grant all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_all_tables_only_by_an_explicit_permit() {
+    let fx = PgFixture::new().await;
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let all = fx.resource("*");
+
+    // alice's permit matches any postgres path ("db-analysts"), so it matches
+    // the literal `*` too, but it does not name it: refused.
+    let (_k, _r, alice) = app.run_for("alice").await;
+    assert!(app
+        .capability(&alice, "select", &fx.resource("other"))
+        .await
+        .status()
+        .is_success());
+    assert_error(
+        app.capability(&alice, "select", &all).await,
+        StatusCode::FORBIDDEN,
+        "capability_denied",
+    )
+    .await;
+
+    // erin's permit says `like "postgres.tsr_t_*.\*"`: the wildcard, explicitly.
+    let (key, run_id, erin) = app.run_for("erin").await;
+    assert_error(
+        app.capability(&erin, "select", &fx.resource("granted"))
+            .await,
+        StatusCode::FORBIDDEN,
+        "capability_denied",
+    )
+    .await;
+    let cap = app.capability_ok(&erin, "select", &all).await;
+    let v = exchange_ok(&app, &cap).await;
+    let s = &fx.schema;
+    // A table created after the group was first set up is covered by the next exchange.
+    sqlx::raw_sql(&format!("CREATE TABLE {s}.later (id int)"))
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+    let later = exchange_ok(&app, &cap).await;
+    for (dsn, tables) in [
+        (v["dsn"].as_str().unwrap(), vec!["granted", "other"]),
+        (
+            later["dsn"].as_str().unwrap(),
+            vec!["granted", "other", "later"],
+        ),
+    ] {
+        let mut conn = PgConnection::connect(dsn).await.unwrap();
+        for t in tables {
+            select(&mut conn, &format!("{s}.{t}")).await.unwrap();
+        }
+        assert!(denied(
+            select(&mut conn, &format!("{s}_b.granted"))
+                .await
+                .unwrap_err()
+        ));
+        assert!(denied(
+            sqlx::raw_sql(&format!("DELETE FROM {s}.granted"))
+                .execute(&mut conn)
+                .await
+                .unwrap_err()
+        ));
+        conn.close().await.unwrap();
+    }
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        2
+    );
+    let path = parse_path(Dialect::Postgres, &format!("postgres.{s}.*"), true).unwrap();
+    let group = group_name(Dialect::Postgres, &path, Privilege::Select);
+    sqlx::raw_sql(&format!(
+        "DROP OWNED BY \"{group}\"; DROP ROLE \"{group}\";"
+    ))
+    .execute(&fx.admin)
+    .await
+    .unwrap();
+    fx.cleanup().await;
+}
+
+/// The least privileges docs/backends/databases.md asks for are enough: a
+/// broker account with CREATEROLE, pg_signal_backend and grant options on the
+/// table — not a superuser — issues, and removes on run end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_least_privileged_broker_account_suffices() {
+    let fx = PgFixture::new().await;
+    let s = &fx.schema;
+    let account = format!("{s}_broker");
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {account} LOGIN CREATEROLE; GRANT pg_signal_backend TO {account};
+         GRANT CONNECT ON DATABASE postgres TO {account} WITH GRANT OPTION;
+         GRANT USAGE ON SCHEMA {s} TO {account} WITH GRANT OPTION;
+         GRANT SELECT ON {s}.granted TO {account} WITH GRANT OPTION;"
+    ))
+    .execute(&fx.admin)
+    .await
+    .unwrap();
+    let backends = DbBackends {
+        pg: pg_url().replace("postgres://postgres@", &format!("postgres://{account}@")),
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let user = v["username"].as_str().unwrap().to_owned();
+    let mut open = PgConnection::connect(v["dsn"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(select(&mut open, &format!("{s}.granted")).await.unwrap(), 1);
+    // Not granted to the broker, so not grantable by it: refused, nothing left.
+    let other = app
+        .capability_ok(&token, "select", &fx.resource("other"))
+        .await;
+    let resp = app.exchange(other["token"].as_str().unwrap()).await;
+    assert!(resp.status().is_server_error() || resp.status().is_client_error());
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(!fx.role_exists(&user).await);
+    assert!(select(&mut open, "pg_class").await.is_err(), "session cut");
+    drop(app);
+    // The groups' grants were made by the broker's account: revoke its own
+    // privileges (cascading to what it granted) before the fixture's cleanup.
+    sqlx::raw_sql(&format!("DROP OWNED BY {account}"))
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+    let admin = fx.admin.clone();
+    fx.cleanup().await;
+    sqlx::raw_sql(&format!("DROP ROLE {account}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}
