@@ -147,6 +147,18 @@ pub fn group_name(dialect: Dialect, path: &DbPath, privilege: Privilege) -> Stri
     format!("{GROUP_PREFIX}{}", &sha256_hex(key.as_bytes())[..24])
 }
 
+/// The PostgreSQL group that holds CONNECT on `database`: `tsr_d_<24 hex>`.
+pub fn database_group_name(database: &str) -> String {
+    let key = format!("postgres\0{database}");
+    format!("tsr_d_{}", &sha256_hex(key.as_bytes())[..24])
+}
+
+/// The PostgreSQL group that holds USAGE on `database.schema`: `tsr_s_<24 hex>`.
+pub fn schema_group_name(database: &str, schema: &str) -> String {
+    let key = format!("postgres\0{database}\0{schema}");
+    format!("tsr_s_{}", &sha256_hex(key.as_bytes())[..24])
+}
+
 /// `tsr_<run id, 32 hex>_<12 random hex>`: 49 bytes, inside PostgreSQL's 63 and
 /// MariaDB's 80, never truncated. The whole run id (not a prefix: the first hex
 /// digits of a UUIDv7 are its timestamp, shared by every run in the same minute)

@@ -1,19 +1,27 @@
-//! Broker-managed group roles: the one place table privileges are granted.
+//! Broker-managed group roles: the one place privileges are granted.
 //!
 //! Why groups: granting every throw-away user directly on a table appends one
 //! entry per user to the table's ACL, and PostgreSQL refuses every GRANT on the
 //! table once the ACL no longer fits in a row ("row is too big", after about
-//! 2,400 live users here). So each (database, schema, table, privilege) gets one
-//! NOLOGIN role, `tsr_g_<hash>`, that holds the grant; a user is only made a
-//! member of it (`CREATE ROLE … IN ROLE`), which touches `pg_auth_members`, not
-//! the table. 10,000 live users on one table cost one ACL entry.
+//! 2,400 live users here). The same holds for a schema's USAGE and a database's
+//! CONNECT. So privileges are held by NOLOGIN roles, three levels deep, and a
+//! user is only made a member of the lowest (`CREATE ROLE … IN ROLE`), which
+//! touches `pg_auth_members`, never an ACL:
 //!
-//! Groups are created on first use and never dropped (they hold nothing but the
-//! grant). Creation tolerates a concurrent creator — another request or another
-//! replica — and the GRANTs are idempotent, so "ensure" is safe to repeat.
+//! - `tsr_d_<hash>` per database: CONNECT on it;
+//! - `tsr_s_<hash>` per schema: USAGE on it, and member of the database group;
+//! - `tsr_g_<hash>` per (table, privilege): the privilege, and member of the
+//!   schema group.
+//!
+//! Each ACL gains one entry per group, however many users are live. Groups are
+//! created on first use and never dropped (they hold nothing but grants).
+//! Creation tolerates a concurrent creator — another request or another
+//! replica — and every GRANT is idempotent, so "ensure" is safe to repeat.
 
 use super::quote::{ident, Unquotable};
-use crate::backends::database::{group_name, DbPath, Dialect, Privilege, Table};
+use crate::backends::database::{
+    database_group_name, group_name, schema_group_name, DbPath, Dialect, Privilege, Table,
+};
 use crate::backends::BackendError;
 use sqlx::PgPool;
 use std::collections::HashSet;
@@ -25,25 +33,56 @@ const UNIQUE_VIOLATION: &str = "23505";
 /// "tuple concurrently updated": two GRANTs on one object at once (replicas).
 const INTERNAL_ERROR: &str = "XX000";
 
-/// Groups known to exist, so the common case costs no statement.
+/// Groups known to exist (with their grants), so the common case costs no statement.
 #[derive(Default)]
 pub struct Groups {
     known: Mutex<HashSet<String>>,
 }
 
 impl Groups {
-    /// Returns the name of the group holding `privilege` on `path`, creating it
-    /// and its grants if this process has not seen it yet.
+    /// Returns the name of the group holding `privilege` on `path`, creating it,
+    /// its schema's and its database's groups, and their grants, if this
+    /// process has not seen them yet.
     pub async fn ensure(
         &self,
         pool: &PgPool,
         path: &DbPath,
         privilege: Privilege,
     ) -> Result<String, BackendError> {
+        let schema = path.schema.as_deref().unwrap_or("public");
+        let db_group = database_group_name(&path.database);
+        let schema_group = schema_group_name(&path.database, schema);
         let name = group_name(Dialect::Postgres, path, privilege);
-        // Held across creation: first uses of a resource are rare, and serialising
-        // them keeps two requests of this process from racing on one ACL.
+        // Held across creation: first uses are rare, and serialising them keeps
+        // two requests of this process from racing on one ACL.
         let mut known = self.known.lock().await;
+        if !known.contains(&db_group) {
+            create_role(pool, &db_group).await?;
+            grant(
+                pool,
+                &format!(
+                    "GRANT CONNECT ON DATABASE {} TO {}",
+                    q(&path.database)?,
+                    q(&db_group)?
+                ),
+            )
+            .await?;
+            known.insert(db_group.clone());
+        }
+        if !known.contains(&schema_group) {
+            create_role(pool, &schema_group).await?;
+            grant(
+                pool,
+                &format!(
+                    "GRANT USAGE ON SCHEMA {s} TO {sg}; GRANT {dg} TO {sg};",
+                    s = q(schema)?,
+                    sg = q(&schema_group)?,
+                    dg = q(&db_group)?
+                ),
+            )
+            .await?;
+            known.insert(schema_group.clone());
+        }
         let created = known.contains(&name);
         // `ALL TABLES IN SCHEMA` covers the tables that exist when it runs: a
         // schema-wide group is granted again on every use, so tables created since
@@ -52,32 +91,52 @@ impl Groups {
             return Ok(name);
         }
         if !created {
-            let create = format!("CREATE ROLE {} NOLOGIN", ident(&name).map_err(quote_error)?);
-            match sqlx::raw_sql(&create).execute(pool).await {
-                Ok(_) => {}
-                Err(e) if has_code(&e, &[DUPLICATE_OBJECT, UNIQUE_VIOLATION]) => {}
-                Err(e) => return Err(super::classify(e)),
-            }
+            create_role(pool, &name).await?;
         }
-        let grants = grant_sql(&name, path, privilege).map_err(quote_error)?;
-        let mut attempt = 0;
-        loop {
-            match sqlx::raw_sql(&grants).execute(pool).await {
-                Ok(_) => break,
-                Err(e) if attempt < 5 && has_code(&e, &[INTERNAL_ERROR]) => {
-                    attempt += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
-                }
-                Err(e) => return Err(super::classify(e)),
-            }
-        }
+        let sql = table_grant_sql(&name, &schema_group, path, privilege).map_err(quote_error)?;
+        grant(pool, &sql).await?;
         known.insert(name.clone());
         Ok(name)
     }
 }
 
-/// CONNECT on the database, USAGE on the schema, the privilege on the table.
-fn grant_sql(group: &str, path: &DbPath, privilege: Privilege) -> Result<String, Unquotable> {
+fn q(name: &str) -> Result<String, BackendError> {
+    ident(name).map_err(quote_error)
+}
+
+/// `CREATE ROLE … NOLOGIN`, tolerating a concurrent creator.
+async fn create_role(pool: &PgPool, name: &str) -> Result<(), BackendError> {
+    let create = format!("CREATE ROLE {} NOLOGIN", q(name)?);
+    match sqlx::raw_sql(&create).execute(pool).await {
+        Ok(_) => Ok(()),
+        Err(e) if has_code(&e, &[DUPLICATE_OBJECT, UNIQUE_VIOLATION]) => Ok(()),
+        Err(e) => Err(super::classify(e)),
+    }
+}
+
+/// Runs idempotent GRANTs, retrying when another session updates the same
+/// catalog row at the same moment.
+async fn grant(pool: &PgPool, sql: &str) -> Result<(), BackendError> {
+    let mut attempt = 0;
+    loop {
+        match sqlx::raw_sql(sql).execute(pool).await {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt < 5 && has_code(&e, &[INTERNAL_ERROR]) => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
+            }
+            Err(e) => return Err(super::classify(e)),
+        }
+    }
+}
+
+/// The table privilege, and membership in the schema's group.
+fn table_grant_sql(
+    group: &str,
+    schema_group: &str,
+    path: &DbPath,
+    privilege: Privilege,
+) -> Result<String, Unquotable> {
     let group = ident(group)?;
     let schema = ident(path.schema.as_deref().unwrap_or("public"))?;
     let target = match &path.table {
@@ -85,10 +144,8 @@ fn grant_sql(group: &str, path: &DbPath, privilege: Privilege) -> Result<String,
         Table::All => format!("ALL TABLES IN SCHEMA {schema}"),
     };
     Ok(format!(
-        "GRANT CONNECT ON DATABASE {db} TO {group}; \
-         GRANT USAGE ON SCHEMA {schema} TO {group}; \
-         GRANT {privilege} ON {target} TO {group};",
-        db = ident(&path.database)?,
+        "GRANT {privilege} ON {target} TO {group}; GRANT {} TO {group};",
+        ident(schema_group)?,
         privilege = privilege.sql(),
     ))
 }
@@ -109,12 +166,14 @@ mod tests {
     #[test]
     fn grants_are_quoted_and_exact() {
         let p = parse_path(Dialect::Postgres, "analytics.Public.orders", false).unwrap();
-        let sql = grant_sql("tsr_g_abc", &p, Privilege::Select).unwrap();
+        let sql = table_grant_sql("tsr_g_abc", "tsr_s_def", &p, Privilege::Select).unwrap();
         assert_eq!(
             sql,
-            "GRANT CONNECT ON DATABASE \"analytics\" TO \"tsr_g_abc\"; \
-             GRANT USAGE ON SCHEMA \"Public\" TO \"tsr_g_abc\"; \
-             GRANT SELECT ON TABLE \"Public\".\"orders\" TO \"tsr_g_abc\";"
+            "GRANT SELECT ON TABLE \"Public\".\"orders\" TO \"tsr_g_abc\"; \
+             GRANT \"tsr_s_def\" TO \"tsr_g_abc\";"
         );
+        let all = parse_path(Dialect::Postgres, "analytics.s.*", true).unwrap();
+        let sql = table_grant_sql("g", "s", &all, Privilege::Delete).unwrap();
+        assert!(sql.starts_with("GRANT DELETE ON ALL TABLES IN SCHEMA \"s\" TO \"g\";"));
     }
 }
