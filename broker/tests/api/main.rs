@@ -13,6 +13,7 @@ mod aws_operations;
 mod capabilities;
 mod client;
 mod client_aws;
+mod client_db;
 mod db_mysql;
 mod db_postgres;
 mod exchange;
