@@ -166,16 +166,19 @@ async fn expired_run_is_treated_as_ended(app: TestApp) {
             serde_json::json!({ "user": "alice", "task": { "id": "t", "kind": "summarize" }, "ttl": "5m" }),
         )
         .await;
-    let token = resp.json::<Value>().await.unwrap()["run_token"]
-        .as_str()
+    let run = resp.json::<Value>().await.unwrap();
+    let token = run["run_token"].as_str().unwrap().to_owned();
+    let run_expires = tessera_broker::clock::parse_rfc3339_ms(run["expires_at"].as_str().unwrap())
         .unwrap()
-        .to_owned();
+        / 1000;
     let cap = app
         .capability_ok(&token, "read", "svc-reports:reports/q1")
         .await;
-    // The policy allows 10m, but no capability outlives its run (5m).
+    // The policy allows 10m, but no capability outlives its run (5m): it expires
+    // exactly with the run (a second may have passed since the run started).
     let c = crate::capabilities::claims_of(cap["token"].as_str().unwrap());
-    assert_eq!(c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap(), 300);
+    assert_eq!(c["exp"].as_i64().unwrap(), run_expires);
+    assert!((299..=300).contains(&(c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap())));
     app.state.clock.advance(Duration::from_secs(5 * 60 + 1));
     assert_error(
         app.capability(&token, "read", "svc-reports:reports/q1")
