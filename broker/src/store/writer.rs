@@ -367,7 +367,14 @@ async fn commit_batch(
         }
         Err(e) => {
             stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-            let lost = !matches!(e, AttemptError::Db(_));
+            // A refused statement keeps the connection, unless the refusal says the
+            // connection itself is unusable now (SQLite read-only, I/O error, full
+            // disk): then it is dropped and the next batch opens a fresh one, so the
+            // broker recovers once the disk does.
+            let lost = match &e {
+                AttemptError::Db(db) => poisons_connection(dialect, db),
+                _ => true,
+            };
             let err = match e {
                 AttemptError::Db(db) => StoreError::from(db),
                 AttemptError::Lost(db) => StoreError::Unavailable(db.to_string()),
@@ -386,6 +393,10 @@ async fn commit_batch(
                         stats.commits.fetch_add(1, Ordering::Relaxed);
                         stats.ops.fetch_add(1, Ordering::Relaxed);
                         fail_or_finish(single, None);
+                    }
+                    Err(AttemptError::Db(db)) if poisons_connection(dialect, &db) => {
+                        fail_or_finish(single, Some(StoreError::from(db)));
+                        return None;
                     }
                     Err(AttemptError::Db(db)) => fail_or_finish(single, Some(StoreError::from(db))),
                     Err(_) => {
@@ -414,6 +425,20 @@ enum AttemptError {
     /// The connection failed.
     Lost(sqlx::Error),
     TimedOut,
+}
+
+/// SQLite result codes (primary code, the low byte of an extended code) after
+/// which a connection may keep failing although the cause has gone: READONLY (8),
+/// IOERR (10), FULL (13), CANTOPEN (14).
+fn poisons_connection(dialect: Dialect, e: &sqlx::Error) -> bool {
+    let Some(db) = e.as_database_error() else {
+        return false;
+    };
+    dialect == Dialect::Sqlite
+        && db
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 8 | 10 | 13 | 14))
 }
 
 fn classify(e: sqlx::Error) -> AttemptError {
