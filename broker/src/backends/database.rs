@@ -190,6 +190,25 @@ pub fn is_user_name(s: &str) -> bool {
         })
 }
 
+/// What a database exchange grants, read from the capability and checked again
+/// here (the broker validated it before policy; a backend never trusts that):
+/// the privilege, the table, and the user name reserved with the lease.
+pub fn grant_parts<'a>(
+    dialect: Dialect,
+    grant: &super::Grant<'a>,
+) -> Result<(Privilege, DbPath, &'a str), super::BackendError> {
+    use super::BackendError::Rejected;
+    let privilege = Privilege::from_action(&grant.claims.act)
+        .ok_or_else(|| Rejected("not a database action".into()))?;
+    let path = parse_path(dialect, grant.path, true)
+        .ok_or_else(|| Rejected(format!("not a {} resource path", dialect.kind())))?;
+    let user = grant
+        .downstream_ref
+        .filter(|u| is_user_name(u))
+        .ok_or_else(|| Rejected("no user name was reserved".into()))?;
+    Ok((privilege, path, user))
+}
+
 /// A fresh password: `tsr_pw_` + 32 random bytes in base64url (URL-safe, so a
 /// DSN needs no escaping).
 pub fn new_password() -> SecretString {

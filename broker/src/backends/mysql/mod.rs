@@ -15,7 +15,7 @@ pub mod native_password;
 pub mod quote;
 pub mod users;
 
-use super::database::{self, is_user_name, Dialect, Privilege};
+use super::database::{self, Dialect, Privilege};
 use super::{Backend, BackendError, Grant, Issued};
 use crate::capability::CapabilityClaims;
 use crate::config::DatabaseBackendConfig;
@@ -117,14 +117,7 @@ impl Backend for MysqlBackend {
 
     fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>> {
         Box::pin(async move {
-            let privilege = Privilege::from_action(&grant.claims.act)
-                .ok_or_else(|| BackendError::Rejected("not a database action".into()))?;
-            let path = database::parse_path(Dialect::Mysql, grant.path, true)
-                .ok_or_else(|| BackendError::Rejected("not a mysql resource path".into()))?;
-            let user = grant
-                .downstream_ref
-                .filter(|u| is_user_name(u))
-                .ok_or_else(|| BackendError::Rejected("no user name was reserved".into()))?;
+            let (privilege, path, user) = database::grant_parts(Dialect::Mysql, &grant)?;
             let password = self.create_user(&path, privilege, user).await?;
             let expires_at = grant.claims.exp;
             Ok(Issued {

@@ -18,7 +18,7 @@ pub mod quote;
 pub mod scram;
 pub mod users;
 
-use super::database::{self, is_user_name, Dialect, Privilege};
+use super::database::{self, Dialect, Privilege};
 use super::{Backend, BackendError, Grant, Issued};
 use crate::capability::CapabilityClaims;
 use crate::config::DatabaseBackendConfig;
@@ -132,14 +132,7 @@ impl Backend for PostgresBackend {
 
     fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>> {
         Box::pin(async move {
-            let privilege = Privilege::from_action(&grant.claims.act)
-                .ok_or_else(|| BackendError::Rejected("not a database action".into()))?;
-            let path = database::parse_path(Dialect::Postgres, grant.path, true)
-                .ok_or_else(|| BackendError::Rejected("not a postgres resource path".into()))?;
-            let user = grant
-                .downstream_ref
-                .filter(|u| is_user_name(u))
-                .ok_or_else(|| BackendError::Rejected("no user name was reserved".into()))?;
+            let (privilege, path, user) = database::grant_parts(Dialect::Postgres, &grant)?;
             let expires_at = grant.claims.exp;
             let password = self.create_user(&path, privilege, user, expires_at).await?;
             Ok(Issued {
