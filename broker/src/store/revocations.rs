@@ -295,6 +295,19 @@ pub async fn pending(
         .collect()
 }
 
+/// Whether any revocation is due at `now`: a read, so an idle worker never takes
+/// the writer (nor, on PostgreSQL, the audit head lock) just to find nothing.
+pub async fn any_due(store: &Store, now: i64) -> Result<bool, StoreError> {
+    let q = store.sql(
+        "SELECT lease_id FROM revocations WHERE done_at IS NULL AND next_attempt_at <= $1 LIMIT 1",
+    );
+    let row = sqlx::query(&q)
+        .bind(now)
+        .fetch_optional(store.pool())
+        .await?;
+    Ok(row.is_some())
+}
+
 /// (pending, stuck) counts, for metrics.
 pub async fn counts(store: &Store) -> Result<(i64, i64), StoreError> {
     let q = store.sql(
