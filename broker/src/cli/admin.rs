@@ -108,10 +108,11 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             let mut query = vec![("state", state), ("limit", limit.to_string())];
             query.extend(runtime.map(|r| ("runtime", r)));
             query.extend(user.map(|u| ("user", u)));
-            let v = call(
+            let v = call_query(
                 &remote,
                 reqwest::Method::GET,
-                &format!("/v1/admin/runs?{}", query_string(&query)),
+                "/v1/admin/runs",
+                &query,
                 None,
             )
             .await?;
@@ -135,10 +136,11 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             remote,
         }) => {
             let query = [("stuck", stuck.to_string()), ("limit", limit.to_string())];
-            let v = call(
+            let v = call_query(
                 &remote,
                 reqwest::Method::GET,
-                &format!("/v1/admin/leases?{}", query_string(&query)),
+                "/v1/admin/leases",
+                &query,
                 None,
             )
             .await?;
@@ -280,26 +282,6 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `k=v&…` with every value percent-encoded.
-pub(super) fn query_string(pairs: &[(&str, String)]) -> String {
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={}", percent_encode(v)))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
 /// SHA-256 (hex) of the first certificate in a PEM file: the runtime's pin.
 fn certificate_sha256(path: &std::path::Path) -> anyhow::Result<String> {
     let certs = crate::server::read_certificates(path, "--client-cert")?;
@@ -372,6 +354,17 @@ pub(super) async fn call(
     path: &str,
     body: Option<Value>,
 ) -> anyhow::Result<Value> {
+    call_query(remote, method, path, &[], body).await
+}
+
+/// [`call`] with query parameters (encoded by reqwest).
+pub(super) async fn call_query(
+    remote: &Remote,
+    method: reqwest::Method,
+    path: &str,
+    query: &[(&str, String)],
+    body: Option<Value>,
+) -> anyhow::Result<Value> {
     let token_file = remote
         .token_file
         .as_ref()
@@ -380,7 +373,10 @@ pub(super) async fn call(
         .with_context(|| format!("cannot read admin token file {}", token_file.display()))?;
     let url = format!("{}{path}", remote.addr.trim_end_matches('/'));
     let client = client(remote)?;
-    let mut req = client.request(method, &url).bearer_auth(token.trim());
+    let mut req = client
+        .request(method, &url)
+        .query(query)
+        .bearer_auth(token.trim());
     if let Some(b) = body {
         req = req.json(&b);
     }

@@ -5,7 +5,7 @@
 //! the broker keeps appending. `export` writes one JSON object per line, oldest
 //! first — what SIEM collectors ingest.
 
-use super::admin::{call, query_string};
+use super::admin::{call, call_query};
 use super::{AuditCommand, Remote};
 use crate::clock::{parse_rfc3339_ms, rfc3339_ms};
 use crate::grammar::parse_duration;
@@ -97,13 +97,7 @@ async fn page(
     remote: &Remote,
     query: &[(&str, String)],
 ) -> anyhow::Result<(Vec<Value>, Option<i64>)> {
-    let v = call(
-        remote,
-        reqwest::Method::GET,
-        &format!("/v1/admin/audit?{}", query_string(query)),
-        None,
-    )
-    .await?;
+    let v = call_query(remote, reqwest::Method::GET, "/v1/admin/audit", query, None).await?;
     let events = v["events"].as_array().cloned().unwrap_or_default();
     Ok((events, v["next_cursor"].as_i64()))
 }
