@@ -7,7 +7,7 @@
 //! request reaches the SQL text.
 
 use crate::clock::rfc3339_ms;
-use crate::store::{col, Dialect, Store, StoreError};
+use crate::store::{col, placeholder, Store, StoreError};
 use serde::Serialize;
 
 /// Largest page a caller may ask for.
@@ -50,13 +50,6 @@ pub struct AuditRecord {
     pub detail: Option<String>,
     pub prev_hash: String,
     pub hash: String,
-}
-
-fn placeholder(dialect: Dialect, n: usize) -> String {
-    match dialect {
-        Dialect::Postgres => format!("${n}"),
-        Dialect::Sqlite => format!("?{n}"),
-    }
 }
 
 enum Bind {

@@ -219,6 +219,15 @@ impl Store {
     }
 }
 
+/// The `n`-th bind placeholder, for SQL assembled at run time (filters): `$n` on
+/// PostgreSQL, `?n` on SQLite — what [`sql_for`] rewrites static SQL to.
+pub fn placeholder(dialect: Dialect, n: usize) -> String {
+    match dialect {
+        Dialect::Postgres => format!("${n}"),
+        Dialect::Sqlite => format!("?{n}"),
+    }
+}
+
 pub fn sql_for(dialect: Dialect, q: &'static str) -> Cow<'static, str> {
     match dialect {
         Dialect::Postgres => Cow::Borrowed(q),

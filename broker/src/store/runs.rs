@@ -339,10 +339,7 @@ pub struct RunFilter {
 pub async fn list(store: &Store, f: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
     let mut q = format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1");
     let mut binds: Vec<&str> = Vec::new();
-    let ph = |n: usize| match store.dialect() {
-        super::Dialect::Postgres => format!("${n}"),
-        super::Dialect::Sqlite => format!("?{n}"),
-    };
+    let ph = |n: usize| super::placeholder(store.dialect(), n);
     for (column, value) in [("runtime_name", &f.runtime_name), ("user_name", &f.user)] {
         if let Some(v) = value {
             binds.push(v);
