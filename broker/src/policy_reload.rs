@@ -60,7 +60,14 @@ pub async fn reload(
         Err(join) => {
             tracing::error!(error = %join, "policy load task failed");
             return Err(ReloadError::Invalid(PolicyLoadError {
-                diagnostics: Vec::new(),
+                diagnostics: vec![crate::policy::PolicyDiagnostic {
+                    severity: crate::policy::Severity::Error,
+                    file: app.config.policy_dir.display().to_string(),
+                    line: 0,
+                    column: 0,
+                    message: "the policy load failed unexpectedly; see the broker log".into(),
+                    hint: None,
+                }],
             }));
         }
     };
