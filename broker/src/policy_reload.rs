@@ -149,7 +149,8 @@ pub fn fingerprint(dir: &Path) -> String {
     crate::ids::hex(ctx.finish().as_ref())
 }
 
-/// Reloads whenever the directory's fingerprint changes, every `interval`.
+/// Reloads whenever the directory's fingerprint changes and then holds still for
+/// one more `interval`.
 /// A rejected set is not retried until the files change again; a reload that
 /// could not be audited is retried on the next tick.
 pub async fn watch(app: std::sync::Arc<App>, interval: std::time::Duration) {
@@ -160,6 +161,7 @@ pub async fn watch(app: std::sync::Arc<App>, interval: std::time::Duration) {
             .await
             .ok()
     };
+    let mut settling: Option<String> = None;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -169,8 +171,17 @@ pub async fn watch(app: std::sync::Arc<App>, interval: std::time::Duration) {
             .await
             .ok();
         if now.is_none() || now == seen {
+            settling = None;
             continue;
         }
+        // A change is loaded only once the files have stayed the same for a whole
+        // tick: an editor that truncates and then writes (or writes a directory of
+        // files one by one) must not have its half-written state put in force.
+        if settling != now {
+            settling = now;
+            continue;
+        }
+        settling = None;
         match reload(&app, "watch", None).await {
             Ok(_) | Err(ReloadError::Invalid(_)) => seen = now,
             Err(ReloadError::Store(e)) => {
