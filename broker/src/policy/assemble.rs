@@ -77,6 +77,7 @@ pub(super) fn engine(
         actions,
         user_type,
         resource_type,
+        entities: context::EntitiesCache::default(),
     };
     let mut errors = Vec::new();
     let mut not_requestable = Vec::new();

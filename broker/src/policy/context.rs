@@ -3,7 +3,9 @@
 //! Why: evaluation must be fast and must not clone the entity store, so each request
 //! gets an [`Entities`] holding only the entities it can reach: the user (with all
 //! ancestor groups precomputed as direct parents), the resource, and the action when
-//! it belongs to action groups.
+//! it belongs to action groups. Slices are cached per policy snapshot
+//! ([`EntitiesCache`]); the request, whose context carries the run and the time,
+//! is built fresh every time.
 //!
 //! Invariants: the resource uid is `Tessera::Resource::"<backend>:<path>"` with string
 //! attributes `backend`, `kind`, `path`; the shape and types of the request never
@@ -11,7 +13,8 @@
 //! (`assemble.rs`, `schema = Some`) covers every request (`schema = None`); a user
 //! unknown to entities.json is a user in no group.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use cedar_policy::{
     Context, Entities, Entity, EntityId, EntityUid, Request, RestrictedExpression, Schema,
@@ -42,19 +45,34 @@ pub(super) fn build(
     action: &Action,
     schema: Option<&Schema>,
 ) -> Result<(Request, Entities), String> {
-    let user_uid =
-        EntityUid::from_type_name_and_id(engine.user_type.clone(), EntityId::new(req.user));
-    let user = match engine.users.get(req.user) {
-        Some(user) => user.clone(),
-        None => Entity::new_no_attrs(user_uid.clone(), HashSet::new()),
-    };
+    let request = request(engine, req, action, schema)?;
+    Ok((request, entities(engine, req, action)?))
+}
 
-    let resource_uid = EntityUid::from_type_name_and_id(
+fn user_uid(engine: &PolicyEngine, req: &PolicyRequest<'_>) -> EntityUid {
+    EntityUid::from_type_name_and_id(engine.user_type.clone(), EntityId::new(req.user))
+}
+
+fn resource_uid(engine: &PolicyEngine, req: &PolicyRequest<'_>) -> EntityUid {
+    EntityUid::from_type_name_and_id(
         engine.resource_type.clone(),
         EntityId::new(format!("{}:{}", req.backend, req.path)),
-    );
+    )
+}
+
+/// The entity slice for `req`. It depends only on the user, the action and the
+/// resource (backend, kind, path), never on the run or the time: see [`EntitiesCache`].
+pub(super) fn entities(
+    engine: &PolicyEngine,
+    req: &PolicyRequest<'_>,
+    action: &Action,
+) -> Result<Entities, String> {
+    let user = match engine.users.get(req.user) {
+        Some(user) => user.clone(),
+        None => Entity::new_no_attrs(user_uid(engine, req), HashSet::new()),
+    };
     let resource = Entity::new(
-        resource_uid.clone(),
+        resource_uid(engine, req),
         [
             ("backend".to_string(), s(req.backend)),
             ("kind".to_string(), s(req.backend_kind)),
@@ -65,7 +83,18 @@ pub(super) fn build(
         HashSet::new(),
     )
     .map_err(|e| e.to_string())?;
+    let action_entity = action.entity.iter().cloned();
+    Entities::from_entities([user, resource].into_iter().chain(action_entity), None)
+        .map_err(|e| e.to_string())
+}
 
+/// The Cedar request (principal, action, resource, context) for `req`.
+pub(super) fn request(
+    engine: &PolicyEngine,
+    req: &PolicyRequest<'_>,
+    action: &Action,
+    schema: Option<&Schema>,
+) -> Result<Request, String> {
     let labels = RestrictedExpression::new_set(req.run_labels.iter().map(|l| s(l)));
     let attributes = RestrictedExpression::new_set(
         req.task_attributes
@@ -100,10 +129,77 @@ pub(super) fn build(
     ])
     .map_err(|e| e.to_string())?;
 
-    let request = Request::new(user_uid, action.uid.clone(), resource_uid, context, schema)
-        .map_err(|e| e.to_string())?;
-    let action_entity = action.entity.iter().cloned();
-    let entities = Entities::from_entities([user, resource].into_iter().chain(action_entity), None)
-        .map_err(|e| e.to_string())?;
-    Ok((request, entities))
+    Request::new(
+        user_uid(engine, req),
+        action.uid.clone(),
+        resource_uid(engine, req),
+        context,
+        schema,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Most entity slices one policy snapshot keeps; when full it starts over.
+pub(super) const ENTITIES_CACHE_MAX: usize = 4096;
+
+/// Entity slices by (user, action, backend, kind, path), for one policy snapshot.
+///
+/// Why: building a slice (entities, then Cedar's transitive closure over them)
+/// cost as much as the authorisation itself, and agents ask for the same
+/// resources again and again. A hit is exact: the slice is a function of the key
+/// and of the snapshot's entities.json, and a reload builds a new snapshot with
+/// an empty cache. Bounded, so a stream of distinct resources costs memory
+/// proportional to [`ENTITIES_CACHE_MAX`] at most.
+#[derive(Default)]
+pub(super) struct EntitiesCache {
+    slices: Mutex<HashMap<String, Arc<Entities>>>,
+}
+
+impl EntitiesCache {
+    /// The slice for `req`, built on a miss.
+    pub(super) fn get(
+        &self,
+        engine: &PolicyEngine,
+        req: &PolicyRequest<'_>,
+        action: &Action,
+    ) -> Result<Arc<Entities>, String> {
+        // Length-prefixed parts: no two different keys share a string.
+        let mut key = String::with_capacity(
+            req.user.len()
+                + req.action.len()
+                + req.backend.len()
+                + req.backend_kind.len()
+                + req.path.len()
+                + 20,
+        );
+        for part in [
+            req.user,
+            req.action,
+            req.backend,
+            req.backend_kind,
+            req.path,
+        ] {
+            key.push_str(&part.len().to_string());
+            key.push(':');
+            key.push_str(part);
+        }
+        if let Some(hit) = self.lock().get(&key) {
+            return Ok(hit.clone());
+        }
+        let built = Arc::new(entities(engine, req, action)?);
+        let mut slices = self.lock();
+        if slices.len() >= ENTITIES_CACHE_MAX {
+            slices.clear();
+        }
+        slices.insert(key, built.clone());
+        Ok(built)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entities>>> {
+        // A panic while holding the lock cannot leave a half-built entry: inserts
+        // are single calls. So a poisoned map is still a valid cache.
+        self.slices
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }

@@ -48,6 +48,8 @@ pub struct PolicyEngine {
     actions: HashMap<String, context::Action>,
     user_type: EntityTypeName,
     resource_type: EntityTypeName,
+    /// Entity slices of recent requests (exact: see [`context::EntitiesCache`]).
+    entities: context::EntitiesCache,
 }
 
 /// One capability request, as policy sees it. The resource is `BACKEND:PATH`.
@@ -187,7 +189,9 @@ impl PolicyEngine {
         let Some(action) = self.actions.get(req.action) else {
             return deny_error("unknown action".to_string());
         };
-        let (request, entities) = match context::build(self, req, action, None) {
+        let built = context::request(self, req, action, None)
+            .and_then(|request| Ok((request, self.entities.get(self, req, action)?)));
+        let (request, entities) = match built {
             Ok(built) => built,
             Err(e) => return deny_error(e),
         };

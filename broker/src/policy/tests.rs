@@ -294,3 +294,61 @@ fn evaluation_speed() {
         );
     }
 }
+
+/// The entity-slice cache changes no decision: a second evaluation of the same
+/// request agrees with the first, and requests that differ only in the user, the
+/// path, the backend kind or the action never share a slice.
+#[test]
+fn cached_entity_slices_are_exact() {
+    let e = ok(&[(
+        "p.cedar",
+        r#"permit (principal in Tessera::Group::"analysts", action == Tessera::Action::"read", resource)
+           when { resource.kind == "token" && resource.path like "reports/*" };"#,
+    )]);
+    let alice = req("alice", "read", "svc", "reports/a");
+    for _ in 0..2 {
+        allowed(&eval(&e, &alice));
+        // Same resource, a user in no group.
+        denied(&eval(&e, &req("mallory", "read", "svc", "reports/a")));
+        // Same user, another path.
+        denied(&eval(&e, &req("alice", "read", "svc", "secrets/a")));
+        // Same user and path, another action.
+        denied(&eval(&e, &req("alice", "write", "svc", "reports/a")));
+    }
+    // Same user and path, another backend kind: the kind is part of the key.
+    let attrs = BTreeMap::new();
+    let other_kind = PolicyRequest {
+        user: "alice",
+        action: "read",
+        backend: "svc",
+        backend_kind: "postgres",
+        path: "reports/a",
+        run_id: "run-1",
+        run_labels: &[],
+        task_id: "task-1",
+        task_kind: "summarize",
+        task_attributes: &attrs,
+        runtime: "rt",
+        requested_ttl: None,
+        now_unix: 1_767_225_600,
+    };
+    denied(&e.evaluate(&other_kind));
+    // "a" + "b:c" and "a:b" + "c" must not collide (parts are length-prefixed).
+    let split = |backend, path| PolicyRequest {
+        backend,
+        path,
+        ..other_kind
+    };
+    denied(&e.evaluate(&split("svc:reports", "a")));
+    // Past the bound the cache starts over and still answers right.
+    for i in 0..context::ENTITIES_CACHE_MAX + 10 {
+        let path = format!("reports/{i}");
+        let r = PolicyRequest {
+            backend_kind: "token",
+            path: &path,
+            ..other_kind
+        };
+        allowed(&e.evaluate(&r));
+    }
+    allowed(&eval(&e, &alice));
+}
