@@ -533,10 +533,15 @@ async fn apply_all(
             .execute(&mut *ctx.conn)
             .await?;
     }
+    let committing = std::time::Instant::now();
     ctx.conn.execute("COMMIT").await?;
+    let commit = committing.elapsed();
+    // COMMIT is where SQLite syncs the WAL and, past wal_autocheckpoint pages,
+    // runs a checkpoint: a slow batch with a small apply_us is the disk's.
     tracing::debug!(
         ops = batch.len(),
         apply_us = applied.as_micros() as u64,
+        commit_us = commit.as_micros() as u64,
         total_us = started.elapsed().as_micros() as u64,
         "batch committed"
     );
