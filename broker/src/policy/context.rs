@@ -14,6 +14,7 @@
 //! unknown to entities.json is a user in no group.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use cedar_policy::{
@@ -164,24 +165,17 @@ impl EntitiesCache {
         action: &Action,
     ) -> Result<Arc<Entities>, String> {
         // Length-prefixed parts: no two different keys share a string.
-        let mut key = String::with_capacity(
-            req.user.len()
-                + req.action.len()
-                + req.backend.len()
-                + req.backend_kind.len()
-                + req.path.len()
-                + 20,
-        );
-        for part in [
+        let parts = [
             req.user,
             req.action,
             req.backend,
             req.backend_kind,
             req.path,
-        ] {
-            key.push_str(&part.len().to_string());
-            key.push(':');
-            key.push_str(part);
+        ];
+        let mut key = String::with_capacity(parts.iter().map(|p| p.len() + 8).sum());
+        for part in parts {
+            // Writing to a String cannot fail.
+            let _ = write!(key, "{}:{part}", part.len());
         }
         if let Some(hit) = self.lock().get(&key) {
             return Ok(hit.clone());
