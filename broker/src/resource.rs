@@ -49,7 +49,7 @@ pub struct Resource<'a> {
 }
 
 /// Database paths may name every table of a schema (`*`); policy then decides
-/// whether a permit grants it explicitly (`PolicyEngine::evaluate_all_tables`).
+/// whether a permit grants it explicitly ([`inclusion_grants`]).
 const ALL_TABLES: bool = true;
 
 /// Backend instance names: 1-63 of `[a-z0-9-]`, starting with a letter.
@@ -70,7 +70,7 @@ pub fn is_token_action(s: &str) -> bool {
 }
 
 /// Token-backend paths: 1-256 of `[A-Za-z0-9._~/@+=-]` plus `*` as a wildcard,
-/// no empty segments, no `..` segment.
+/// in canonical form ([`is_canonical`]).
 fn is_token_path(s: &str) -> bool {
     (1..=256).contains(&s.len())
         && s.bytes().all(|c| {
@@ -80,7 +80,42 @@ fn is_token_path(s: &str) -> bool {
                     b'.' | b'_' | b'~' | b'/' | b'@' | b'+' | b'=' | b'-' | b'*'
                 )
         })
-        && !s.split('/').any(|seg| seg.is_empty() || seg == "..")
+        && is_canonical(s)
+}
+
+/// One spelling per resource: no empty, `.` or `..` segment between `/` (each is
+/// a spelling a downstream may normalise to another path: `a//b`, `a/./b`,
+/// `a/b/.`, `a/x/../b` all name `a/b` somewhere), and no `**` (the same set as
+/// `*`). Every kind whose paths have `/` segments is held to this.
+pub fn is_canonical(s: &str) -> bool {
+    !s.split('/')
+        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+        && !s.contains("**")
+}
+
+/// The characters that are wildcards in paths of backend `kind`: `*` for every
+/// kind (for databases only as the whole table part), and `?` (one character) for
+/// `aws-sts`, as IAM reads them.
+pub fn wildcards(kind: &str) -> &'static [char] {
+    match kind {
+        "aws-sts" => &['*', '?'],
+        _ => &['*'],
+    }
+}
+
+/// Whether a validated path of `kind` names a set of resources (has a wildcard):
+/// policy then decides it by the resource-set rule (`PolicyEngine::decide`).
+pub fn is_set(kind: &str, path: &str) -> bool {
+    path.contains(wildcards(kind))
+}
+
+/// Whether a permit whose pattern contains a whole set grants it (`token`,
+/// `aws-sts`: `like "reports/*"` grants `reports/2026/*`). For databases, where
+/// `*` is every table of a schema, only a permit that names the wildcard
+/// explicitly (`== "analytics.public.*"`) does: a pattern written for "any one
+/// table" never grants all of them at once.
+pub fn inclusion_grants(kind: &str) -> bool {
+    !matches!(kind, "postgres" | "mysql")
 }
 
 /// Splits and validates `BACKEND:PATH` against the configured backends and the
@@ -133,7 +168,9 @@ pub fn parse<'a>(
             };
             let parsed =
                 database::parse_path(dialect, path, ALL_TABLES).ok_or(ResourceError::Path)?;
-            if parsed.database != db.database {
+            // An empty database: a simulation without a configuration
+            // (`simulate::unconfigured_backend`), where any database is accepted.
+            if !db.database.is_empty() && parsed.database != db.database {
                 return Err(ResourceError::Database);
             }
             if !database::ACTIONS.contains(&action) {

@@ -14,16 +14,15 @@
 use super::extract::{ApiJson, RequestId, RunCaller, RunOrAdmin};
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
-use crate::backends::database;
 use crate::capability::{CapabilityClaims, CAPABILITY_TYP};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::grammar::{parse_duration, Rate};
 use crate::ids::{is_id, new_id};
 use crate::keys::jwt;
+use crate::policy::admit;
 use crate::policy::effective::Effective;
-use crate::policy::{PolicyDecision, PolicyRequest};
-use crate::resource::{self, MAX_ACTION_LEN};
+use crate::policy::{DenyRule, PolicyDecision, PolicyRequest};
 use crate::store::capabilities::{
     CapabilityRecord, IssueCapability, IssueOutcome, RateCharge, RevokeCapability, Revoker,
 };
@@ -62,30 +61,15 @@ pub async fn request(
     if state != RunState::Active {
         return Err(run_inactive(state));
     }
-    if req.action.is_empty()
-        || req.action.len() > MAX_ACTION_LEN
-        || req.action.chars().any(|c| !c.is_ascii_graphic())
-    {
-        return Err(ApiError::bad_request(
-            "invalid_action",
-            "action must be 1-64 printable ASCII characters",
-        ));
-    }
-    let res = resource::parse(&req.resource, &req.action, &app.config.backends)
-        .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?;
+    let policy = app.policy();
+    let res = admit::check_capability(&policy, &app.config.backends, &req.action, &req.resource)
+        .map_err(|r| ApiError::bad_request(r.code, r.message))?;
     let requested_ttl = req
         .ttl
         .as_deref()
         .map(parse_duration)
         .transpose()
         .map_err(|e| ApiError::bad_request("invalid_ttl", e.to_string()))?;
-    let policy = app.policy();
-    if !policy.is_known_action(&req.action) {
-        return Err(ApiError::bad_request(
-            "unknown_action",
-            "action is not declared in the policy schema",
-        ));
-    }
 
     let policy_request = PolicyRequest {
         user: &run.user,
@@ -102,11 +86,7 @@ pub async fn request(
         requested_ttl,
         now_unix: now,
     };
-    let decision = if database::names_all_tables(res.kind, res.path) {
-        policy.evaluate_all_tables(&policy_request)
-    } else {
-        policy.evaluate(&policy_request)
-    };
+    let decision = policy.decide(&policy_request);
     let mut audit = AuditEvent::new(
         events::CAPABILITY_ISSUED,
         format!("run:{}", run.id),
@@ -120,24 +100,25 @@ pub async fn request(
     audit.request_id = Some(rid);
 
     let (policies, constraints) = match decision {
-        PolicyDecision::Deny { policies, errors } => {
+        PolicyDecision::Deny {
+            rule,
+            policies,
+            errors,
+        } => {
             if !errors.is_empty() {
                 tracing::warn!(?errors, "policy evaluation errors");
             }
-            tracing::info!(user = %run.user, action = %req.action, resource = %req.resource, ?policies, "capability denied by policy");
+            tracing::info!(user = %run.user, action = %req.action, resource = %req.resource, rule = rule.reason(), ?policies, "capability denied by policy");
             audit.event = events::CAPABILITY_DENIED;
             audit.decision = "deny";
-            audit.reason = Some(
-                if policies.is_empty() {
-                    "no_permit"
-                } else {
-                    "forbidden"
-                }
-                .into(),
-            );
-            audit.detail = Some(format!("policies={}", policies.join(",")));
+            audit.reason = Some(rule.reason().into());
+            audit.detail = Some(format!(
+                "rule={} policies={}",
+                rule.reason(),
+                policies.join(",")
+            ));
             app.metrics.capability("denied");
-            let refusal = ApiError::forbidden("capability_denied", "request denied by policy");
+            let refusal = ApiError::forbidden(rule.code(), deny_message(rule));
             return Err(record_refusal(&app, &run, audit, refusal).await);
         }
         PolicyDecision::Allow {
@@ -176,6 +157,22 @@ pub async fn request(
         Err(_) => app.metrics.capability("refused"),
     }
     issued
+}
+
+/// What the caller reads with a policy refusal: the rule, never the policy.
+fn deny_message(rule: DenyRule) -> &'static str {
+    match rule {
+        DenyRule::NoPermit | DenyRule::Forbidden => "request denied by policy",
+        DenyRule::WildcardOverlapsForbid => {
+            "the wildcard could name a resource that policy forbids; ask for a narrower or concrete resource"
+        }
+        DenyRule::WildcardOverlapsApproval => {
+            "the wildcard could name a resource that needs a human approval; ask for a concrete resource"
+        }
+        DenyRule::WildcardNotCovered => {
+            "no policy grants every resource the wildcard names; ask for a narrower or concrete resource"
+        }
+    }
 }
 
 /// Records a refusal through the same path as an issuance: charged to the run's

@@ -13,6 +13,7 @@ use crate::error::ApiError;
 use crate::grammar::parse_duration;
 use crate::ids::{is_id, new_id, new_secret, secret_hash, RUN_TOKEN_PREFIX};
 use crate::names::{self, GlobList};
+use crate::policy::admit;
 use crate::store::capabilities::{leases_for_run, list_for_run};
 use crate::store::runs::{self, CreateRun, EndRun, RunRecord};
 use crate::store::writer::AppendAudit;
@@ -25,47 +26,15 @@ use tessera_client::types::{
     RunSummary, RunView, Task,
 };
 
-const MAX_LABELS: usize = 32;
-const MAX_ATTRIBUTES: usize = 32;
-
 fn validate(req: &CreateRunRequest) -> Result<(), ApiError> {
-    if !names::is_user(&req.user) {
-        return Err(ApiError::bad_request(
-            "invalid_user",
-            "user must be 1-128 of [A-Za-z0-9._@+-]",
-        ));
-    }
-    if !names::is_task_id(&req.task.id) {
-        return Err(ApiError::bad_request(
-            "invalid_task",
-            "task.id must be 1-128 of [A-Za-z0-9._:-]",
-        ));
-    }
-    if !names::is_kind_or_label(&req.task.kind) {
-        return Err(ApiError::bad_request(
-            "invalid_task",
-            "task.kind must be 1-64 of [a-z0-9._:-]",
-        ));
-    }
-    if req.task.attributes.len() > MAX_ATTRIBUTES
-        || !req
-            .task
-            .attributes
-            .iter()
-            .all(|(k, v)| names::is_attribute_key(k) && names::is_attribute_value(v))
-    {
-        return Err(ApiError::bad_request(
-            "invalid_task",
-            "task.attributes: at most 32, keys 1-64 of [A-Za-z0-9._-], values at most 256 bytes without control characters",
-        ));
-    }
-    if req.labels.len() > MAX_LABELS || !req.labels.iter().all(|l| names::is_kind_or_label(l)) {
-        return Err(ApiError::bad_request(
-            "invalid_labels",
-            "labels: at most 32, each 1-64 of [a-z0-9._:-]",
-        ));
-    }
-    Ok(())
+    admit::check_run(&admit::RunFields {
+        user: &req.user,
+        task_id: &req.task.id,
+        task_kind: &req.task.kind,
+        task_attributes: &req.task.attributes,
+        labels: &req.labels,
+    })
+    .map_err(|r| ApiError::bad_request(r.code, r.message))
 }
 
 /// `POST /v1/runs`

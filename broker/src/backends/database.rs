@@ -81,18 +81,20 @@ pub fn parse_path(dialect: Dialect, path: &str, allow_all_tables: bool) -> Optio
         t if is_ident(t) => Table::Named(t.to_owned()),
         _ => return None,
     };
+    // MariaDB and MySQL fold database and table names to lower case when
+    // `lower_case_table_names` is set, so `shop.ORDERS` could reach the table a
+    // policy names `shop.orders`: one spelling only, lower case.
+    let folded = |s: &str| s.bytes().any(|c| c.is_ascii_uppercase());
+    if dialect == Dialect::Mysql
+        && (folded(database) || matches!(&table, Table::Named(t) if folded(t)))
+    {
+        return None;
+    }
     Some(DbPath {
         database: database.to_owned(),
         schema: schema.map(str::to_owned),
         table,
     })
-}
-
-/// Whether a validated resource of `kind` names every table (`….*`): such a
-/// request needs a permit that names it explicitly
-/// (`PolicyEngine::evaluate_all_tables`).
-pub fn names_all_tables(kind: &str, path: &str) -> bool {
-    matches!(kind, "postgres" | "mysql") && path.ends_with(".*")
 }
 
 /// The database actions and the SQL privilege each grants.
@@ -268,8 +270,12 @@ mod tests {
         assert_eq!(p.schema.as_deref(), Some("public"));
         assert_eq!(p.table, Table::Named("orders".into()));
         assert!(parse_path(Dialect::Postgres, "analytics.orders", false).is_none());
-        let m = parse_path(Dialect::Mysql, "shop.Orders_2", false).unwrap();
+        let m = parse_path(Dialect::Mysql, "shop.orders_2", false).unwrap();
         assert_eq!((m.database.as_str(), m.schema), ("shop", None));
+        // MariaDB may fold names to lower case: one spelling only.
+        assert!(parse_path(Dialect::Mysql, "shop.Orders_2", false).is_none());
+        assert!(parse_path(Dialect::Mysql, "Shop.orders", false).is_none());
+        assert!(parse_path(Dialect::Postgres, "analytics.public.Orders", false).is_some());
         assert!(parse_path(Dialect::Mysql, "a.b.c", false).is_none());
         assert!(parse_path(Dialect::Postgres, "a.b.*", false).is_none());
         assert_eq!(

@@ -239,7 +239,7 @@ fn explain(args: ExplainArgs) -> Result<ExitCode, String> {
 /// Without a configuration, the resource's backend is whatever it names, of `kind`.
 fn assumed_backend(resource: &str, kind: &str) -> Result<BTreeMap<String, BackendConfig>, String> {
     let backend = unconfigured_backend(kind).ok_or_else(|| {
-        format!("--backend-kind {kind:?}: not available in this build (supported: token, aws-sts)")
+        format!("--backend-kind {kind:?}: not available in this build (supported: token, aws-sts, postgres, mysql)")
     })?;
     Ok(resource
         .split_once(':')

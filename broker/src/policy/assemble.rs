@@ -67,7 +67,9 @@ pub(super) fn engine(
         }
     }
 
+    let sets = super::resource_set::SetEvaluator::build(&policies).map_err(|e| vec![e])?;
     let mut engine = PolicyEngine {
+        sets,
         schema,
         policies,
         authorizer: Authorizer::new(),
@@ -179,10 +181,7 @@ mod tests {
             requested_ttl: None,
             now_unix: 0,
         };
-        assert!(matches!(
-            engine.evaluate(&req),
-            PolicyDecision::Allow { .. }
-        ));
+        assert!(matches!(engine.decide(&req), PolicyDecision::Allow { .. }));
     }
 
     #[test]

@@ -68,6 +68,17 @@ pub(super) fn entities(
     req: &PolicyRequest<'_>,
     action: &Action,
 ) -> Result<Entities, String> {
+    entities_with(engine, req, action, HashMap::new())
+}
+
+/// The entity slice for `req` with `extra` attributes on the resource (the atoms
+/// of a wildcard request's evaluation, `resource_set`).
+pub(super) fn entities_with(
+    engine: &PolicyEngine,
+    req: &PolicyRequest<'_>,
+    action: &Action,
+    extra: HashMap<String, RestrictedExpression>,
+) -> Result<Entities, String> {
     let user = match engine.users.get(req.user) {
         Some(user) => user.clone(),
         None => Entity::new_no_attrs(user_uid(engine, req), HashSet::new()),
@@ -80,6 +91,7 @@ pub(super) fn entities(
             ("path".to_string(), s(req.path)),
         ]
         .into_iter()
+        .chain(extra)
         .collect(),
         HashSet::new(),
     )

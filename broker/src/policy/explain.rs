@@ -5,7 +5,8 @@
 //! policy said no). The administrator needs the other half: which policies decided,
 //! what each constraint will be and which annotation, default or cap set it.
 //!
-//! Invariants: the decision is [`PolicyEngine::evaluate`]'s, never recomputed here;
+//! Invariants: the decision is [`PolicyEngine::decide`]'s (the broker's own, wildcard
+//! and all-tables rules included), never recomputed here;
 //! the constraints are [`Effective::new`]'s; the request is a [`Simulated`] one, so it
 //! has passed the broker's own checks; rendering (text and JSON) adds nothing to the
 //! decision.
@@ -14,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::effective::{Bounded, Effective, Source};
 use super::simulate::Simulated;
-use super::{PolicyDecision, PolicyEngine};
+use super::{DenyRule, PolicyDecision, PolicyEngine};
 use crate::config::Limits;
 use crate::grammar::{format_duration, Rate};
 
@@ -25,8 +26,10 @@ pub struct Explanation {
     /// The user's groups (all ancestors) from entities.json; `None`: not listed there.
     pub groups: Option<Vec<String>>,
     pub allowed: bool,
-    /// Allow: the satisfied permits. Deny: the forbids that decided (empty: no permit
-    /// matched).
+    /// Why a deny: the rule that refused.
+    pub rule: Option<DenyRule>,
+    /// Allow: the satisfied permits. Deny: the policies that decided (see
+    /// [`PolicyDecision::Deny`]; empty: no permit matched).
     pub policies: Vec<String>,
     /// The constraints a capability would get, when allowed.
     pub effective: Option<Effective>,
@@ -40,20 +43,25 @@ impl PolicyEngine {
     /// Evaluates `request` and explains the decision under the server caps `limits`.
     pub fn explain(&self, request: &Simulated, limits: &Limits) -> Explanation {
         let groups = self.groups_of(&request.spec.user);
-        let (allowed, policies, effective, errors) = match self.evaluate(&request.request()) {
+        let (rule, policies, effective, errors) = match self.decide(&request.request()) {
             PolicyDecision::Allow {
                 policies,
                 constraints,
             } => {
                 let e = Effective::new(&constraints, limits, request.spec.requested_ttl);
-                (true, policies, Some(e), Vec::new())
+                (None, policies, Some(e), Vec::new())
             }
-            PolicyDecision::Deny { policies, errors } => (false, policies, None, errors),
+            PolicyDecision::Deny {
+                rule,
+                policies,
+                errors,
+            } => (Some(rule), policies, None, errors),
         };
         Explanation {
             request: request.clone(),
             groups,
-            allowed,
+            allowed: rule.is_none(),
+            rule,
             policies,
             effective,
             errors,
@@ -100,10 +108,30 @@ impl Explanation {
             ),
         };
         out += &format!("decision: {}\n", self.decision());
-        out += &match (self.allowed, self.policies.is_empty()) {
-            (true, _) => format!("  satisfied permits: {}\n", self.policies.join(", ")),
-            (false, true) => "  no permit matched (default deny)\n".to_string(),
-            (false, false) => format!("  forbidden by: {}\n", self.policies.join(", ")),
+        let ids = self.policies.join(", ");
+        out += &match self.rule {
+            None => format!("  satisfied permits: {ids}\n"),
+            Some(DenyRule::NoPermit) => "  no permit matched (default deny)\n".to_string(),
+            Some(DenyRule::Forbidden) => format!("  forbidden by: {ids}\n"),
+            Some(DenyRule::WildcardOverlapsForbid) => format!(
+                "  wildcard_overlaps_forbid: the set {} names could include what {ids} \
+                 forbids\n",
+                s.resource
+            ),
+            Some(DenyRule::WildcardOverlapsApproval) => format!(
+                "  wildcard_overlaps_approval: the set {} names could include what {ids} \
+                 gates behind an approval\n",
+                s.resource
+            ),
+            Some(DenyRule::WildcardNotCovered) if self.policies.is_empty() => format!(
+                "  wildcard_not_covered: no permit grants the whole set {} names (this \
+                 kind needs the wildcard named explicitly)\n",
+                s.resource
+            ),
+            Some(DenyRule::WildcardNotCovered) => format!(
+                "  wildcard_not_covered: {ids} hold for part of the set {} names only\n",
+                s.resource
+            ),
         };
         for e in &self.errors {
             out += &format!("  evaluation error: {e}\n");
@@ -119,11 +147,7 @@ impl Explanation {
     /// The explanation for scripts.
     pub fn to_json(&self) -> Value {
         let s = &self.request.spec;
-        let reason = match (self.allowed, self.policies.is_empty()) {
-            (true, _) => "permitted",
-            (false, true) => "no_permit",
-            (false, false) => "forbidden",
-        };
+        let reason = self.rule.map_or("permitted", DenyRule::reason);
         let constraints = self.effective.as_ref().map(|e| {
             let mut ttl = bounded_json(&e.ttl, |d| json!(format_duration(*d)));
             if let Some(obj) = ttl.as_object_mut() {

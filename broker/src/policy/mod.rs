@@ -12,14 +12,17 @@
 //!   annotation has been parsed, and every policy id is unique;
 //! - evaluation never panics; anything unexpected becomes a `Deny` with an error.
 
+pub mod admit;
 mod annotations;
 mod assemble;
 pub mod cases;
 mod context;
 pub mod effective;
 pub mod explain;
+mod glob;
 mod lint;
 mod load;
+mod resource_set;
 pub mod simulate;
 mod source;
 
@@ -50,6 +53,8 @@ pub struct PolicyEngine {
     resource_type: EntityTypeName,
     /// Entity slices of recent requests (exact: see [`context::EntitiesCache`]).
     entities: context::EntitiesCache,
+    /// Every policy rewritten for deciding wildcard requests ([`resource_set`]).
+    sets: resource_set::SetEvaluator,
 }
 
 /// One capability request, as policy sees it. The resource is `BACKEND:PATH`.
@@ -78,12 +83,64 @@ pub enum PolicyDecision {
         policies: Vec<String>,
         constraints: Constraints,
     },
-    /// `policies`: ids of the determining forbid policies (empty: no permit matched);
-    /// `errors`: evaluation errors, for logs.
+    /// `rule`: why; `policies`: the policies that decided (the forbids, the
+    /// `@approval` permits a wildcard overlaps, or the permits that hold for only
+    /// part of a wildcard's set; empty when no permit matched); `errors`:
+    /// evaluation errors, for logs.
     Deny {
+        rule: DenyRule,
         policies: Vec<String>,
         errors: Vec<String>,
     },
+}
+
+/// Which rule refused a request. Stable: the audit row's `reason` and, for the
+/// wildcard rules, the 403 body's `code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenyRule {
+    /// No permit holds (Cedar's default deny).
+    NoPermit,
+    /// A forbid holds (for a wildcard: for every member of its set).
+    Forbidden,
+    /// A wildcard request that no permit grants as a whole: some permit holds for
+    /// part of its set only, or the kind needs the wildcard named explicitly.
+    WildcardNotCovered,
+    /// A forbid could hold for some member of a wildcard's set.
+    WildcardOverlapsForbid,
+    /// An `@approval` permit could hold for some member of a wildcard's set.
+    WildcardOverlapsApproval,
+}
+
+impl DenyRule {
+    /// The audit row's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            DenyRule::NoPermit => "no_permit",
+            DenyRule::Forbidden => "forbidden",
+            DenyRule::WildcardNotCovered => "wildcard_not_covered",
+            DenyRule::WildcardOverlapsForbid => "wildcard_overlaps_forbid",
+            DenyRule::WildcardOverlapsApproval => "wildcard_overlaps_approval",
+        }
+    }
+
+    /// The error code the caller gets. A plain deny never says which policy or
+    /// rule: the sandbox learns only `capability_denied`. The wildcard rules say
+    /// which, so a well-meaning tool knows to ask for a concrete resource instead.
+    pub fn code(self) -> &'static str {
+        match self {
+            DenyRule::NoPermit | DenyRule::Forbidden => "capability_denied",
+            other => other.reason(),
+        }
+    }
+
+    /// All rules, for documentation checks.
+    pub const ALL: [DenyRule; 5] = [
+        DenyRule::NoPermit,
+        DenyRule::Forbidden,
+        DenyRule::WildcardNotCovered,
+        DenyRule::WildcardOverlapsForbid,
+        DenyRule::WildcardOverlapsApproval,
+    ];
 }
 
 /// Strictest constraints across all satisfied permits; each names the policy that set it.
@@ -183,12 +240,23 @@ impl PolicyEngine {
         self.policies.policies().count()
     }
 
-    /// Decides `req`: Cedar's decision (default deny, forbid wins) and, when allowed,
-    /// the strictest constraints across all satisfied permits.
-    pub fn evaluate(&self, req: &PolicyRequest<'_>) -> PolicyDecision {
+    /// Decides `req`, the one decision procedure of the broker and of every policy
+    /// tool. A concrete path is Cedar's decision (default deny, forbid wins); a path
+    /// with wildcards is a set, decided by [`resource_set`]'s rule. When allowed,
+    /// the constraints are the strictest across the permits that hold (for a set:
+    /// that could hold for any member).
+    pub fn decide(&self, req: &PolicyRequest<'_>) -> PolicyDecision {
         let Some(action) = self.actions.get(req.action) else {
             return deny_error("unknown action".to_string());
         };
+        if crate::resource::is_set(req.backend_kind, req.path) {
+            self.decide_set(req, action)
+        } else {
+            self.decide_concrete(req, action)
+        }
+    }
+
+    fn decide_concrete(&self, req: &PolicyRequest<'_>, action: &context::Action) -> PolicyDecision {
         let built = context::request(self, req, action, None)
             .and_then(|request| Ok((request, self.entities.get(self, req, action)?)));
         let (request, entities) = match built {
@@ -206,18 +274,18 @@ impl PolicyEngine {
         policies.sort();
         match response.decision() {
             Decision::Allow => {
-                let mut constraints = Constraints::default();
-                for id in &policies {
-                    if let Some(c) = self.constraints.get(id) {
-                        constraints.tighten(id, c);
-                    }
-                }
+                let constraints = self.tightest(&policies);
                 PolicyDecision::Allow {
                     policies,
                     constraints,
                 }
             }
             Decision::Deny => PolicyDecision::Deny {
+                rule: if policies.is_empty() {
+                    DenyRule::NoPermit
+                } else {
+                    DenyRule::Forbidden
+                },
                 policies,
                 errors: response
                     .diagnostics()
@@ -227,50 +295,155 @@ impl PolicyEngine {
             },
         }
     }
-}
 
-impl PolicyEngine {
-    /// Decides a request whose path names *every* table of a schema or database
-    /// (`analytics.public.*`). Cedar's `like "analytics.public.*"` also matches the
-    /// literal `*`, so a permit written for "any one table" would otherwise grant all
-    /// of them at once, forbids on single tables notwithstanding. Allowed only when
-    /// some satisfied permit names the wildcard *explicitly*: it matches the literal
-    /// path but not a concrete table in the same place (`== "analytics.public.*"` or
-    /// `like "analytics.public.\*"` do; `like "analytics.public.*"` does not).
-    pub fn evaluate_all_tables(&self, req: &PolicyRequest<'_>) -> PolicyDecision {
-        let decision = self.evaluate(req);
-        let PolicyDecision::Allow { policies, .. } = &decision else {
-            return decision;
-        };
-        let concrete_path = format!("{}{ANY_TABLE}", req.path.trim_end_matches('*'));
-        let concrete = self.evaluate(&PolicyRequest {
-            path: &concrete_path,
-            ..*req
-        });
-        let explicit = match &concrete {
-            PolicyDecision::Allow { policies: p, .. } => policies.iter().any(|id| !p.contains(id)),
-            // A forbid hides which permits matched: refuse rather than guess.
-            PolicyDecision::Deny {
-                policies: forbids, ..
-            } => forbids.is_empty(),
-        };
-        if explicit {
-            decision
-        } else {
-            PolicyDecision::Deny {
-                policies: Vec::new(),
-                errors: Vec::new(),
+    /// The strictest constraints of the permits `ids`.
+    fn tightest(&self, ids: &[String]) -> Constraints {
+        let mut constraints = Constraints::default();
+        for id in ids {
+            if let Some(c) = self.constraints.get(id) {
+                constraints.tighten(id, c);
             }
+        }
+        constraints
+    }
+
+    fn is_approval_gated(&self, id: &str) -> bool {
+        self.constraints.get(id).is_some_and(|c| c.approval)
+    }
+
+    /// A wildcard request: issued only when a permit holds for every member of
+    /// the set and no forbid and no `@approval` permit could hold for any.
+    fn decide_set(&self, req: &PolicyRequest<'_>, action: &context::Action) -> PolicyDecision {
+        let set = resource_set::SetRequest {
+            backend: req.backend,
+            path: req.path,
+            elems: glob::request_elems(req.path, crate::resource::wildcards(req.backend_kind)),
+            inclusion_grants: crate::resource::inclusion_grants(req.backend_kind),
+            #[cfg(test)]
+            exact: false,
+        };
+        self.decide_set_with(req, action, &set)
+    }
+
+    /// Tests only: a concrete request decided through the set variants, every atom
+    /// decided exactly; must agree with Cedar's own decision.
+    #[cfg(test)]
+    pub(crate) fn decide_through_variants(&self, req: &PolicyRequest<'_>) -> PolicyDecision {
+        let Some(action) = self.actions.get(req.action) else {
+            return deny_error("unknown action".to_string());
+        };
+        let set = resource_set::SetRequest {
+            backend: req.backend,
+            path: req.path,
+            elems: Vec::new(),
+            inclusion_grants: true,
+            exact: true,
+        };
+        self.decide_set_with(req, action, &set)
+    }
+
+    fn decide_set_with(
+        &self,
+        req: &PolicyRequest<'_>,
+        action: &context::Action,
+        set: &resource_set::SetRequest<'_>,
+    ) -> PolicyDecision {
+        use resource_set::{Holds, Tri, MAX_UNKNOWN};
+        let sets = &self.sets;
+        let mut values = vec![Tri::False; sets.atom_count];
+        for p in &sets.policies {
+            for (n, atom) in &p.atoms {
+                values[*n] = set.value(atom);
+            }
+        }
+        let unknown: Vec<usize> = sets
+            .policies
+            .iter()
+            .map(|p| {
+                p.atoms
+                    .iter()
+                    .filter(|(n, _)| values[*n] == Tri::Unknown)
+                    .count()
+            })
+            .collect();
+        let widest = unknown.iter().copied().filter(|u| *u <= MAX_UNKNOWN).max();
+        let rounds = 1usize << widest.unwrap_or(0);
+        let request = match context::request(self, req, action, None) {
+            Ok(r) => r,
+            Err(e) => return deny_error(e),
+        };
+        let mut holds = resource_set::initial(sets, &unknown);
+        let mut errors = Vec::new();
+        for t in 0..rounds {
+            let attrs = resource_set::assignment(sets, &values, &unknown, t);
+            let entities = match context::entities_with(self, req, action, attrs) {
+                Ok(e) => e,
+                Err(e) => return deny_error(e),
+            };
+            let response = self
+                .authorizer
+                .is_authorized(&request, &sets.variants, &entities);
+            let satisfied: std::collections::HashSet<String> = response
+                .diagnostics()
+                .reason()
+                .map(|id| id.to_string())
+                .collect();
+            if t == 0 {
+                errors.extend(response.diagnostics().errors().map(|e| e.to_string()));
+            }
+            resource_set::record(&mut holds, &satisfied, sets, &unknown, t);
+        }
+        let (mut forbid_all, mut forbid_some, mut approval, mut covering, mut partial) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for (p, Holds { may, must }) in sets.policies.iter().zip(holds) {
+            let id = p.id.clone();
+            match (p.forbid, self.is_approval_gated(&id)) {
+                (true, _) if must => forbid_all.push(id),
+                (true, _) if may => forbid_some.push(id),
+                (false, true) if may => approval.push(id),
+                (false, false) if must => covering.push(id),
+                (false, false) if may => partial.push(id),
+                _ => {}
+            }
+        }
+        let deny = |rule, mut policies: Vec<String>| {
+            policies.sort();
+            PolicyDecision::Deny {
+                rule,
+                policies,
+                errors: errors.clone(),
+            }
+        };
+        if !forbid_all.is_empty() {
+            return deny(DenyRule::Forbidden, forbid_all);
+        }
+        if !forbid_some.is_empty() {
+            return deny(DenyRule::WildcardOverlapsForbid, forbid_some);
+        }
+        if covering.is_empty() && partial.is_empty() && approval.is_empty() {
+            return deny(DenyRule::NoPermit, Vec::new());
+        }
+        if !approval.is_empty() {
+            return deny(DenyRule::WildcardOverlapsApproval, approval);
+        }
+        if covering.is_empty() {
+            return deny(DenyRule::WildcardNotCovered, partial);
+        }
+        covering.sort();
+        // A member may also satisfy a permit that holds for part of the set only:
+        // its constraints bind the set too, or the wildcard would walk around them.
+        let mut bound = covering.clone();
+        bound.extend(partial);
+        PolicyDecision::Allow {
+            constraints: self.tightest(&bound),
+            policies: covering,
         }
     }
 }
 
-/// Stands for "some table" when testing whether a permit names `*` explicitly;
-/// not an identifier, so never a real table's name.
-const ANY_TABLE: &str = "<any table>";
-
 fn deny_error(error: String) -> PolicyDecision {
     PolicyDecision::Deny {
+        rule: DenyRule::NoPermit,
         policies: Vec::new(),
         errors: vec![error],
     }
@@ -280,3 +453,5 @@ fn deny_error(error: String) -> PolicyDecision {
 mod tests;
 #[cfg(test)]
 mod tests_load;
+#[cfg(test)]
+mod tests_soundness;

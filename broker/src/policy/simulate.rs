@@ -8,19 +8,16 @@
 //! grammar — must be refused here too, with the broker's reason, instead of letting a
 //! test pass against a request that can never happen.
 //!
-//! Invariants: the resource is split and checked by [`resource::parse`] against the
-//! same backend map the broker uses, the action by the same length/charset rule and
-//! [`PolicyEngine::is_known_action`], names by [`crate::names`]; run ids are random in
-//! the broker, so a simulated run has a fixed placeholder id ([`RUN_ID`]).
+//! Invariants: the run and the request pass [`admit`]'s checks, the very functions
+//! the broker calls, against the same backend map the broker uses; run ids are
+//! random in the broker, so a simulated run has a fixed placeholder id ([`RUN_ID`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{PolicyEngine, PolicyRequest};
-use crate::config::BackendConfig;
+use super::{admit, PolicyEngine, PolicyRequest};
+use crate::config::{BackendConfig, DatabaseBackendConfig};
 use crate::grammar::quote;
-use crate::names;
-use crate::resource::{self, MAX_ACTION_LEN};
 
 /// The run id every simulated request carries.
 pub const RUN_ID: &str = "00000000-0000-0000-0000-000000000000";
@@ -77,10 +74,23 @@ impl Simulated {
 }
 
 /// A backend of `kind` as a simulation without a configuration sees it: no action
-/// allow-list (any action of the kind's grammar), a placeholder audience. `None`: this
-/// build has no such kind.
+/// allow-list (any action of the kind's grammar), a placeholder audience, and for
+/// the database kinds no URL and any database (nothing is connected to). `None`:
+/// this build has no such kind.
 pub fn unconfigured_backend(kind: &str) -> Option<BackendConfig> {
+    let database = || DatabaseBackendConfig {
+        url: secrecy::SecretString::from(String::new()),
+        database: String::new(),
+        public_host: String::new(),
+        public_port: 0,
+        connection_limit: 0,
+        max_connections: 0,
+        scram_iterations: 0,
+        actions: None,
+    };
     match kind {
+        "postgres" => Some(BackendConfig::Postgres(database())),
+        "mysql" => Some(BackendConfig::Mysql(database())),
         "token" => Some(BackendConfig::Token {
             audience: "policy-test".into(),
             actions: None,
@@ -94,33 +104,42 @@ pub fn unconfigured_backend(kind: &str) -> Option<BackendConfig> {
 
 impl PolicyEngine {
     /// Checks `spec` as the broker checks a run and a capability request, against the
-    /// configured `backends`. The error names the field and the broker's error code.
+    /// configured `backends` ([`admit`], the broker's own checks). The error names
+    /// the field and the broker's error code.
     pub fn simulate(
         &self,
         spec: RequestSpec,
         backends: &BTreeMap<String, BackendConfig>,
     ) -> Result<Simulated, String> {
-        check_run(&spec)?;
-        let action = &spec.action;
-        if action.is_empty()
-            || action.len() > MAX_ACTION_LEN
-            || action.chars().any(|c| !c.is_ascii_graphic())
-        {
-            return Err("action: must be 1-64 printable ASCII characters (invalid_action)".into());
-        }
-        let res = resource::parse(&spec.resource, action, backends).map_err(|e| {
-            let mut message = format!("resource {}: {e} ({})", quote(&spec.resource), e.code());
-            if e == resource::ResourceError::Action {
-                message = format!("action {}: {e} ({})", quote(action), e.code());
-            }
-            message
+        let shown = |r: admit::Refused, value: &str| {
+            format!("{} {}: {} ({})", r.field, quote(value), r.message, r.code)
+        };
+        admit::check_run(&admit::RunFields {
+            user: &spec.user,
+            task_id: &spec.task_id,
+            task_kind: &spec.task_kind,
+            task_attributes: &spec.task_attributes,
+            labels: &spec.labels,
+        })
+        .map_err(|r| {
+            let value = match r.field {
+                "user" => spec.user.clone(),
+                "task.id" => spec.task_id.clone(),
+                "task.kind" => spec.task_kind.clone(),
+                "labels" => spec.labels.join(","),
+                _ => String::new(),
+            };
+            shown(r, &value)
         })?;
-        if !self.is_known_action(action) {
-            return Err(format!(
-                "action {}: not declared in the policy schema (unknown_action)",
-                quote(action)
-            ));
-        }
+        let res =
+            admit::check_capability(self, backends, &spec.action, &spec.resource).map_err(|r| {
+                let value = if r.field == "action" {
+                    spec.action.clone()
+                } else {
+                    spec.resource.clone()
+                };
+                shown(r, &value)
+            })?;
         let (backend, backend_kind, path) =
             (res.backend.to_string(), res.kind, res.path.to_string());
         Ok(Simulated {
@@ -130,44 +149,6 @@ impl PolicyEngine {
             path,
         })
     }
-}
-
-/// The checks the broker makes when a runtime starts a run (`api/runs.rs`).
-fn check_run(spec: &RequestSpec) -> Result<(), String> {
-    if !names::is_user(&spec.user) {
-        return Err(format!(
-            "user {}: must be 1-128 of [A-Za-z0-9._@+-] (invalid_user)",
-            quote(&spec.user)
-        ));
-    }
-    if !names::is_task_id(&spec.task_id) {
-        return Err(format!(
-            "task_id {}: must be 1-128 of [A-Za-z0-9._:-] (invalid_task)",
-            quote(&spec.task_id)
-        ));
-    }
-    if !names::is_kind_or_label(&spec.task_kind) {
-        return Err(format!(
-            "task_kind {}: must be 1-64 of [a-z0-9._:-] (invalid_task)",
-            quote(&spec.task_kind)
-        ));
-    }
-    for (k, v) in &spec.task_attributes {
-        if !names::is_attribute_key(k) || !names::is_attribute_value(v) {
-            return Err(format!(
-                "task attribute {}: keys are 1-64 of [A-Za-z0-9._-], values at most 256 \
-                 bytes without control characters (invalid_task)",
-                quote(k)
-            ));
-        }
-    }
-    if let Some(l) = spec.labels.iter().find(|l| !names::is_kind_or_label(l)) {
-        return Err(format!(
-            "label {}: must be 1-64 of [a-z0-9._:-] (invalid_labels)",
-            quote(l)
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -215,7 +196,7 @@ mod tests {
             ("svc-reports", "token")
         );
         assert!(matches!(
-            e.evaluate(&sim.request()),
+            e.decide(&sim.request()),
             PolicyDecision::Allow { .. }
         ));
     }

@@ -64,7 +64,7 @@ fn req(user: &'static str, action: &'static str, backend: &'static str, path: &'
 
 fn eval(engine: &PolicyEngine, r: &Req) -> PolicyDecision {
     let attrs = BTreeMap::from([("repo".to_string(), "x".to_string())]);
-    engine.evaluate(&PolicyRequest {
+    engine.decide(&PolicyRequest {
         user: r.user,
         action: r.action,
         backend: r.backend,
@@ -93,7 +93,9 @@ fn allowed(d: &PolicyDecision) -> (Vec<String>, Constraints) {
 
 fn denied(d: &PolicyDecision) -> (Vec<String>, Vec<String>) {
     match d {
-        PolicyDecision::Deny { policies, errors } => (policies.clone(), errors.clone()),
+        PolicyDecision::Deny {
+            policies, errors, ..
+        } => (policies.clone(), errors.clone()),
         other => panic!("expected Deny, got {other:?}"),
     }
 }
@@ -173,7 +175,7 @@ fn shipped_directory_loads_and_decides() {
     let all_tables = |path: &'static str| {
         let attrs = BTreeMap::new();
         let r = req("alice", "select", "pg-main", path);
-        e.evaluate_all_tables(&PolicyRequest {
+        e.decide(&PolicyRequest {
             user: r.user,
             action: r.action,
             backend: r.backend,
@@ -332,14 +334,14 @@ fn cached_entity_slices_are_exact() {
         requested_ttl: None,
         now_unix: 1_767_225_600,
     };
-    denied(&e.evaluate(&other_kind));
+    denied(&e.decide(&other_kind));
     // "a" + "b:c" and "a:b" + "c" must not collide (parts are length-prefixed).
     let split = |backend, path| PolicyRequest {
         backend,
         path,
         ..other_kind
     };
-    denied(&e.evaluate(&split("svc:reports", "a")));
+    denied(&e.decide(&split("svc:reports", "a")));
     // Past the bound the cache starts over and still answers right.
     for i in 0..context::ENTITIES_CACHE_MAX + 10 {
         let path = format!("reports/{i}");
@@ -348,7 +350,7 @@ fn cached_entity_slices_are_exact() {
             path: &path,
             ..other_kind
         };
-        allowed(&e.evaluate(&r));
+        allowed(&e.decide(&r));
     }
     allowed(&eval(&e, &alice));
 }

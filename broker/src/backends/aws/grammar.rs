@@ -13,9 +13,11 @@
 //!   service is the action's service; `*` is accepted only in the RESOURCE part
 //!   (whether a wildcard is granted is the policy's decision: Cedar's `like` lets a
 //!   permit for `.../reports/*` cover a request for `.../reports/2026/*`, while a
-//!   permit written with `==` grants exactly one object). `?` (an IAM wildcard
-//!   Cedar treats literally), `$`, `{` and `}` (policy variables), quotes,
-//!   spaces, control characters and `..` segments are refused.
+//!   permit written with `==` grants exactly one object). `?` (IAM's one-character
+//!   wildcard) is accepted there too: a path with either is a *set*, and policy
+//!   decides it by the resource-set rule (docs/policy.md), never by Cedar reading
+//!   the wildcard as a character. `$`, `{` and `}` (policy variables), quotes,
+//!   spaces, control characters, empty, `.` and `..` segments and `**` are refused.
 
 /// Longest IAM action accepted (`service:Operation`).
 pub const MAX_ACTION_LEN: usize = 64;
@@ -75,18 +77,18 @@ pub fn is_arn_for(arn: &str, service: &str) -> bool {
         && is_arn_resource(rest)
 }
 
-/// The RESOURCE part: 1-400 of `[A-Za-z0-9_.,+=@/:*-]`, no empty or `..` path
-/// segment, not only wildcards and separators.
+/// The RESOURCE part: 1-400 of `[A-Za-z0-9_.,+=@/:*?-]` in canonical form
+/// (`resource::is_canonical`), not only wildcards and separators.
 fn is_arn_resource(s: &str) -> bool {
     (1..=400).contains(&s.len())
         && s.bytes().all(|c| {
             c.is_ascii_alphanumeric()
                 || matches!(
                     c,
-                    b'_' | b'.' | b',' | b'+' | b'=' | b'@' | b'/' | b':' | b'*' | b'-'
+                    b'_' | b'.' | b',' | b'+' | b'=' | b'@' | b'/' | b':' | b'*' | b'?' | b'-'
                 )
         })
-        && !s.split('/').any(|seg| seg.is_empty() || seg == "..")
+        && crate::resource::is_canonical(s)
         && s.bytes().any(|c| c.is_ascii_alphanumeric())
 }
 
@@ -163,6 +165,7 @@ mod tests {
             "arn:aws:s3:::tessera-reports/reports/2026/*",
             "arn:aws:s3:::tessera-reports",
             "arn:aws:s3:::tessera-reports/reports/2026/q1.csv",
+            "arn:aws:s3:::tessera-reports/reports/2026/q?.csv",
         ] {
             assert!(is_arn_for(ok, "s3"), "{ok}");
         }
@@ -181,7 +184,9 @@ mod tests {
             "arn:aws:s3:::bucket/a/../b",
             "arn:aws:s3:::bucket//x",
             "arn:aws:s3:::bucket/${aws:username}/*",
-            "arn:aws:s3:::bucket/q?.csv",
+            "arn:aws:s3:::bucket/./q.csv",
+            "arn:aws:s3:::bucket/q.csv/.",
+            "arn:aws:s3:::bucket/**",
             "arn:aws:s3:::bucket/a b",
             "arn:aws:s3:::bucket/\"x\"",
             "arn:aws:s3:::bucket/x\u{0}",
@@ -225,14 +230,14 @@ mod tests {
         fn accepted_arns_carry_no_policy_syntax(s in ".{0,600}") {
             if is_arn_for(&s, "s3") {
                 prop_assert!(s.bytes().all(|c| c.is_ascii_graphic()));
-                let forbidden = ['?', '$', '{', '}', '"', '\\', ' '];
+                let forbidden = ['$', '{', '}', '"', '\\', ' '];
                 prop_assert!(!s.contains(forbidden), "{:?}", s);
             }
         }
 
         #[test]
         fn generated_s3_arns_are_accepted(bucket in "[a-z0-9][a-z0-9.-]{2,30}", key in "[A-Za-z0-9_-]{1,10}(/[A-Za-z0-9_.-]{1,10}){0,4}") {
-            prop_assume!(!key.split('/').any(|s| s == ".."));
+            prop_assume!(!key.split('/').any(|s| s == ".." || s == "."));
             let arn = format!("arn:aws:s3:::{bucket}/{key}");
             prop_assert!(is_arn_for(&arn, "s3"));
         }

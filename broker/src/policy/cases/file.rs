@@ -212,7 +212,7 @@ fn file_backends(
         }
         let backend = unconfigured_backend(kind).ok_or_else(|| {
             format!(
-                "[backends] {name}: kind {} is not available in this build (supported: token, aws-sts)",
+                "[backends] {name}: kind {} is not available in this build (supported: token, aws-sts, postgres, mysql)",
                 quote(kind)
             )
         })?;

@@ -29,7 +29,7 @@
 //! the broker checks a request ([`PolicyEngine::simulate`]), so a case cannot pass
 //! against a request that could never reach policy; a malformed file is reported
 //! (file, line, case name) and nothing is run; decisions come from
-//! [`PolicyEngine::evaluate`] through [`PolicyEngine::explain`]; an expected policy id
+//! [`PolicyEngine::decide`] through [`PolicyEngine::explain`]; an expected policy id
 //! that does not exist fails its case (it may have been removed or misspelt).
 
 mod file;

@@ -5,7 +5,7 @@
 //! from a wrong expectation without re-running anything.
 //!
 //! Invariants: each case is decided by [`PolicyEngine::explain`] (hence by
-//! `evaluate`); constraints are compared only when both sides allow (a deny has none);
+//! `decide`); constraints are compared only when both sides allow (a deny has none);
 //! rates compare by pace, so `"60/min"` equals `"1/s"`.
 
 use std::fmt::Write;

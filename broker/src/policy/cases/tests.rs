@@ -134,11 +134,7 @@ fn resources_are_checked_with_the_broker_grammar() {
         e.contains("backend pg-main is unknown") && e.contains("[backends]"),
         "{e}"
     );
-    let e = errors(&swap(
-        "svc-reports = \"token\"",
-        "svc-reports = \"postgres\"",
-    ))
-    .join("\n");
+    let e = errors(&swap("svc-reports = \"token\"", "svc-reports = \"ldap\"")).join("\n");
     assert!(e.contains("not available in this build"), "{e}");
     let e = errors(&swap("action = \"read\"", "action = \"frobnicate\"")).join("\n");
     assert!(e.contains("unknown_action"), "{e}");
