@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod names;
 pub mod policy;
 pub mod policy_reload;
+pub mod reauthorize;
 pub mod resource;
 pub mod revocation;
 pub mod server;

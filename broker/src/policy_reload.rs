@@ -10,11 +10,15 @@
 //! - every reload or rejection is audited *before* it takes effect: when the audit
 //!   row cannot be written (store down), nothing is swapped — an unattributable
 //!   policy change is worse than a delayed one;
-//! - reloads are serialised, so two triggers at once cannot interleave.
+//! - reloads are serialised, so two triggers at once cannot interleave;
+//! - a reload that tightens policy revokes every live capability the new set would
+//!   no longer issue ([`crate::reauthorize::stale`]) and says how many, in its
+//!   result and its audit row.
 
 use crate::app::App;
 use crate::audit::{events, AuditEvent};
 use crate::policy::{PolicyEngine, PolicyLoadError};
+use crate::store::capabilities::{RevokeCapability, Revoker};
 use crate::store::writer::AppendAudit;
 use crate::store::StoreError;
 use std::path::Path;
@@ -25,6 +29,9 @@ pub struct Reloaded {
     pub policies: usize,
     /// SHA-256 over the directory's policy files, as loaded.
     pub sha256: String,
+    /// Live capabilities the new policy would no longer issue, revoked by this
+    /// reload (their leases with them).
+    pub revoked: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,19 +79,67 @@ pub async fn reload(
         }
     };
     let mut audit = AuditEvent::new(events::POLICY_RELOADED, trigger, "allow");
+    let audit_request_id = request_id.clone();
     audit.request_id = request_id;
     match result {
         Ok(engine) => {
             let policies = engine.policy_count();
-            audit.detail = Some(format!("policies={policies} sha256={sha256}"));
+            // Which live capabilities the new set would no longer issue: known
+            // before the swap, so the audit row can say how many it revokes.
+            let now = app.clock.now();
+            let stale = match crate::reauthorize::stale(
+                &app.store,
+                &engine,
+                &app.config.backends,
+                &app.config.limits,
+                now,
+            )
+            .await
+            {
+                Ok(stale) => stale,
+                Err(e) => {
+                    app.metrics.background("policy_reload", "unaudited");
+                    return Err(ReloadError::Store(e));
+                }
+            };
+            let revoked = stale.len();
+            audit.detail = Some(format!(
+                "policies={policies} sha256={sha256} revoked={revoked}"
+            ));
             if let Err(e) = app.store.writer().submit(AppendAudit(audit)).await {
                 app.metrics.background("policy_reload", "unaudited");
                 return Err(ReloadError::Store(e));
             }
             app.replace_policy(engine);
+            // A capability missed here (a crash, a store error) is still refused at
+            // its next exchange, which re-decides it under the policy in force.
+            for held in &stale {
+                let mut ev = AuditEvent::new(events::CAPABILITY_REVOKED, "policy", "allow");
+                ev.capability_id = Some(held.id.clone());
+                ev.action = Some(held.action.clone());
+                ev.resource = Some(held.resource.clone());
+                ev.reason = Some("policy_changed".into());
+                ev.request_id = audit_request_id.clone();
+                let op = RevokeCapability {
+                    capability_id: held.id.clone(),
+                    by: Revoker::Admin,
+                    audit: ev,
+                    reason: "policy_changed",
+                };
+                if let Err(e) = app.store.writer().submit(op).await {
+                    tracing::error!(error = %e, capability = %held.id, "could not revoke a capability the new policy no longer grants; its exchange is refused all the same");
+                }
+            }
+            if revoked > 0 {
+                app.revocation_wakeup.notify_one();
+            }
             app.metrics.background("policy_reload", "reloaded");
-            tracing::info!(trigger, policies, %sha256, "policy reloaded");
-            Ok(Reloaded { policies, sha256 })
+            tracing::info!(trigger, policies, %sha256, revoked, "policy reloaded");
+            Ok(Reloaded {
+                policies,
+                sha256,
+                revoked,
+            })
         }
         Err(errors) => {
             audit.event = events::POLICY_RELOAD_REJECTED;

@@ -280,6 +280,9 @@ pub struct PolicyReloadResponse {
     pub policies: usize,
     /// SHA-256 over the policy files that were loaded.
     pub sha256: String,
+    /// Live capabilities the new policy no longer grants, revoked by this reload.
+    #[serde(default)]
+    pub revoked: usize,
 }
 
 /// Every error the broker returns: `{"error": {"code", "message", "request_id"}}`.

@@ -319,6 +319,7 @@ pub async fn revoke(
             capability_id: id.clone(),
             by,
             audit,
+            reason: "revoked",
         })
         .await?
         .ok_or_else(|| ApiError::not_found("capability"))?;

@@ -1,7 +1,11 @@
 //! `/v1/exchange`: a capability buys one downstream credential.
 //!
 //! The capability is the credential: its signature, type, issuer, audience and
-//! times are checked first; then the store — not any cache — decides whether it is
+//! times are checked first; then its claims are compared with the row the store
+//! recorded at issuance and the recorded request is decided again under the
+//! policy in force ([`crate::reauthorize`]: a mismatch is `invalid_token`, a
+//! capability the policy no longer grants is revoked and refused with
+//! `policy_changed`); then the store — not any cache — decides whether it is
 //! revoked, its run ended or expired, or its uses ran out, and takes one use
 //! atomically while recording the lease. Only then is the downstream credential
 //! minted; a backend failure marks the reserved lease failed.
@@ -16,11 +20,13 @@ use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::keys::jwt::JwtError;
 use crate::keys::manage;
+use crate::reauthorize;
 use crate::store::capabilities::{
-    lease_revoked, ConsumeOutcome, ConsumeUse, FailLease, LeaseRecord,
+    self, lease_revoked, ConsumeOutcome, ConsumeUse, FailLease, LeaseRecord, RevokeCapability,
+    Revoker,
 };
 use crate::store::revocations::RearmRevocation;
-use crate::store::runs::RunState;
+use crate::store::runs::{self, RunState};
 use crate::store::writer::AppendAudit;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -156,6 +162,9 @@ pub async fn exchange(
     audit.action = Some(claims.act.clone());
     audit.resource = Some(claims.res.clone());
     audit.request_id = Some(rid);
+    if let Some(refusal) = reauthorize(&app, &claims, &audit).await? {
+        return Err(refusal);
+    }
     let backend = claims
         .res
         .split_once(':')
@@ -256,6 +265,78 @@ pub async fn exchange(
             Err(api_error)
         }
     }
+}
+
+/// Step 0: the claims must be what the store recorded, and the policy in force
+/// must still issue the capability; one it no longer would is revoked here.
+/// `None`: go on (a capability the store does not know, or that is revoked,
+/// expired or of an ended run, is refused by the reservation with its own code).
+async fn reauthorize(
+    app: &AppState,
+    claims: &CapabilityClaims,
+    audit: &AuditEvent,
+) -> Result<Option<ApiError>, ApiError> {
+    let Some(held) = capabilities::held(&app.store, &claims.jti).await? else {
+        return Ok(None);
+    };
+    let Some(run) = runs::find(&app.store, &held.run_id).await? else {
+        return Ok(None);
+    };
+    let mut refused = audit.clone();
+    refused.event = events::EXCHANGE_REFUSED;
+    refused.decision = "deny";
+    refused.run_id = Some(held.run_id.clone());
+    refused.user = Some(run.user.clone());
+    refused.task_id = Some(run.task_id.clone());
+    refused.action = Some(held.action.clone());
+    refused.resource = Some(held.resource.clone());
+    let differ = reauthorize::mismatched_claims(claims, &held, &run);
+    if !differ.is_empty() {
+        tracing::warn!(capability = %held.id, claims = ?differ, "a validly signed capability claims other than what was issued");
+        app.metrics.exchange("claims_mismatch");
+        refused.reason = Some("claims_mismatch".into());
+        refused.detail = Some(format!("claims={}", differ.join(",")));
+        app.store.writer().submit(AppendAudit(refused)).await?;
+        return Ok(Some(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "capability is not valid",
+        )));
+    }
+    let now = app.clock.now();
+    if held.revoked_at.is_some() || now >= held.expires_at || run.state(now) != RunState::Active {
+        return Ok(None);
+    }
+    let policy = app.policy();
+    let limits = &app.config.limits;
+    if reauthorize::still_permitted(&policy, &app.config.backends, limits, &held, &run, now) {
+        return Ok(None);
+    }
+    let mut revoked = AuditEvent::new(events::CAPABILITY_REVOKED, "policy", "allow");
+    revoked.capability_id = Some(held.id.clone());
+    revoked.user = Some(run.user.clone());
+    revoked.task_id = Some(run.task_id.clone());
+    revoked.action = Some(held.action.clone());
+    revoked.resource = Some(held.resource.clone());
+    revoked.request_id = audit.request_id.clone();
+    revoked.reason = Some("policy_changed".into());
+    app.store
+        .writer()
+        .submit(RevokeCapability {
+            capability_id: held.id.clone(),
+            by: Revoker::Admin,
+            audit: revoked,
+            reason: "policy_changed",
+        })
+        .await?;
+    app.revocation_wakeup.notify_one();
+    refused.reason = Some("policy_changed".into());
+    app.store.writer().submit(AppendAudit(refused)).await?;
+    app.metrics.exchange("policy_changed");
+    Ok(Some(ApiError::forbidden(
+        "policy_changed",
+        "the policy in force no longer grants this capability; it has been revoked",
+    )))
 }
 
 /// Whether the lease was revoked while its credential was being issued.

@@ -26,6 +26,7 @@ pub async fn reload(
         Ok(done) => Ok(Json(PolicyReloadResponse {
             policies: done.policies,
             sha256: done.sha256,
+            revoked: done.revoked,
         })),
         Err(ReloadError::Invalid(errors)) => {
             let mut message = format!(

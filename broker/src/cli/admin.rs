@@ -267,9 +267,11 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 println!("{v}");
             } else {
                 println!(
-                    "policy reloaded: {} policies in force (sha256 {})",
+                    "policy reloaded: {} policies in force (sha256 {}); {} live capabilities \
+                     the new policy no longer grants were revoked",
                     v["policies"],
-                    v["sha256"].as_str().unwrap_or("")
+                    v["sha256"].as_str().unwrap_or(""),
+                    v["revoked"]
                 );
             }
         }

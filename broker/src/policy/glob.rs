@@ -59,16 +59,6 @@ pub fn literal_as_like(lit: &str) -> Vec<LikeElem> {
         .collect()
 }
 
-/// The characters of a pattern without wildcards, or `None` if it has one.
-pub fn like_literal(p: &[LikeElem]) -> Option<String> {
-    p.iter()
-        .map(|e| match e {
-            LikeElem::Lit(c) => Some(*c),
-            LikeElem::Star => None,
-        })
-        .collect()
-}
-
 /// Cedar's own `like`: does `p` match the string `s`? (Tests check the other
 /// functions against it, and it against Cedar.)
 #[cfg(test)]
@@ -169,6 +159,46 @@ pub fn covers(p: &[LikeElem], req: &[Elem]) -> bool {
     reach[m]
 }
 
+/// Does `p` name the request's wildcards *explicitly*: match the request as
+/// written, each of its wildcards by a literal `*` (or `?`) of `p`, while `p`'s
+/// own `*` absorbs only characters? `== "reporting.public.*"`,
+/// `like "reporting.public.\*"` and `like "reporting.*.\*"` name
+/// `reporting.public.*`; `like "reporting.public.*"` does not.
+pub fn names_explicitly(p: &[LikeElem], req: &[Elem]) -> bool {
+    let m = req.len();
+    let mut reach = vec![false; m + 1];
+    reach[0] = true;
+    for e in p {
+        let mut next = vec![false; m + 1];
+        match e {
+            LikeElem::Star => {
+                for j in 0..=m {
+                    if reach[j] {
+                        next[j] = true;
+                        let mut k = j;
+                        while k < m && matches!(req[k], Elem::Lit(_)) {
+                            k += 1;
+                            next[k] = true;
+                        }
+                    }
+                }
+            }
+            LikeElem::Lit(c) => {
+                for j in 0..m {
+                    let same = match req[j] {
+                        Elem::Lit(d) => d == *c,
+                        Elem::Any => *c == '*',
+                        Elem::One => *c == '?',
+                    };
+                    next[j + 1] = reach[j] && same;
+                }
+            }
+        }
+        reach = next;
+    }
+    reach[m]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +236,27 @@ mod tests {
         assert!(meets(&like("prod/*"), &req("pro*/app")));
         assert!(meets(&like("prod/*"), &req("*/app")));
         assert!(!meets(&like("a?"), &req("a")));
+
+        let lit = |s: &str| s.chars().map(LikeElem::Lit).collect::<Vec<_>>();
+        let db = |s: &str| request_elems(s, &['*']);
+        assert!(names_explicitly(
+            &lit("reporting.public.*"),
+            &db("reporting.public.*")
+        ));
+        let schema_star = [lit("reporting."), vec![LikeElem::Star], lit(".*")].concat();
+        assert!(names_explicitly(&schema_star, &db("reporting.public.*")));
+        assert!(!names_explicitly(
+            &like("reporting.public.*"),
+            &db("reporting.public.*")
+        ));
+        assert!(!names_explicitly(
+            &lit("reporting.public.*"),
+            &db("reporting.other.*")
+        ));
+        assert!(!names_explicitly(
+            &lit("reporting.public.orders"),
+            &db("reporting.public.*")
+        ));
     }
 
     /// Every string over `alphabet` of length at most `max`.

@@ -395,8 +395,15 @@ impl PolicyEngine {
         }
         let (mut forbid_all, mut forbid_some, mut approval, mut covering, mut partial) =
             (vec![], vec![], vec![], vec![], vec![]);
-        for (p, Holds { may, must }) in sets.policies.iter().zip(holds) {
+        for (p, Holds { may, mut must }) in sets.policies.iter().zip(holds) {
             let id = p.id.clone();
+            // Where the wildcard must be named explicitly (database `*`), a permit
+            // grants the set only through a condition that names it: one that
+            // does not read the path at all ("every table of pg-main") would
+            // otherwise grant every table at once.
+            if !set.inclusion_grants && !p.forbid {
+                must &= p.atoms.iter().any(|(n, _)| values[*n] == Tri::True);
+            }
             match (p.forbid, self.is_approval_gated(&id)) {
                 (true, _) if must => forbid_all.push(id),
                 (true, _) if may => forbid_some.push(id),

@@ -23,8 +23,9 @@
 //! "must", so both stay sound; a policy with more than [`MAX_UNKNOWN`] unknown atoms
 //! is taken as "may hold, need not hold" without evaluation. A permit is credited
 //! with the whole set through an atom only when the set is inside the pattern
-//! ([`glob::covers`]) or spelled exactly as the policy names it; kinds whose
-//! wildcard must be named explicitly (database `*`) get only the latter.
+//! ([`glob::covers`]) or named explicitly ([`glob::names_explicitly`]); kinds
+//! whose wildcard must be named explicitly (database `*`) get only the latter,
+//! and there a permit grants a set only through a condition that names it.
 
 use std::collections::HashMap;
 
@@ -461,7 +462,7 @@ impl SetRequest<'_> {
                 _ => Tri::False,
             },
             Atom::Like(p) => {
-                if glob::like_literal(p).is_some_and(|lit| lit == self.path) {
+                if glob::names_explicitly(p, &self.elems) {
                     Tri::True
                 } else if self.inclusion_grants && glob::covers(p, &self.elems) {
                     Tri::True

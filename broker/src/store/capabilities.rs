@@ -385,6 +385,9 @@ pub struct RevokeCapability {
     pub capability_id: String,
     pub by: Revoker,
     pub audit: AuditEvent,
+    /// Stored as the capability's `revoke_reason`: `revoked` (asked for), or
+    /// `policy_changed` (the policy in force would no longer issue it).
+    pub reason: &'static str,
 }
 
 impl WriteOp for RevokeCapability {
@@ -425,10 +428,11 @@ impl WriteOp for RevokeCapability {
             }
             let now = ctx.now();
             let q = ctx.sql(
-                "UPDATE capabilities SET revoked_at = $1, revoke_reason = 'revoked' WHERE id = $2 AND revoked_at IS NULL",
+                "UPDATE capabilities SET revoked_at = $1, revoke_reason = $2 WHERE id = $3 AND revoked_at IS NULL",
             );
             sqlx::query(&q)
                 .bind(now)
+                .bind(self.reason)
                 .bind(&self.capability_id)
                 .execute(&mut *ctx.conn)
                 .await?;
@@ -615,4 +619,71 @@ pub async fn leases_for_run(store: &Store, run_id: &str) -> Result<Vec<LeaseRow>
             })
         })
         .collect()
+}
+
+/// A capability as the store recorded it at issuance, with its run: what a token's
+/// claims are compared with, and what re-authorization evaluates.
+#[derive(Debug, Clone)]
+pub struct HeldCapability {
+    pub id: String,
+    pub run_id: String,
+    pub action: String,
+    pub resource: String,
+    pub issued_at: i64,
+    pub expires_at: i64,
+    pub uses: u32,
+    pub revoked_at: Option<i64>,
+}
+
+/// The columns [`held_from_row`] reads (a macro, so queries stay `&'static str`).
+macro_rules! held_columns {
+    () => {
+        "c.id, c.run_id, c.action, c.resource, c.issued_at, c.expires_at, c.uses, c.revoked_at"
+    };
+}
+
+fn held_from_row(row: &sqlx::any::AnyRow) -> Result<HeldCapability, StoreError> {
+    let uses: i64 = col(row, "uses")?;
+    Ok(HeldCapability {
+        id: col(row, "id")?,
+        run_id: col(row, "run_id")?,
+        action: col(row, "action")?,
+        resource: col(row, "resource")?,
+        issued_at: col(row, "issued_at")?,
+        expires_at: col(row, "expires_at")?,
+        uses: u32::try_from(uses).unwrap_or(0),
+        revoked_at: col(row, "revoked_at")?,
+    })
+}
+
+/// The capability row `id`, fresh from the store.
+pub async fn held(store: &Store, id: &str) -> Result<Option<HeldCapability>, StoreError> {
+    let q = store.sql(concat!(
+        "SELECT ",
+        held_columns!(),
+        " FROM capabilities c WHERE c.id = $1"
+    ));
+    let row = sqlx::query(&q)
+        .bind(id)
+        .fetch_optional(store.pool())
+        .await?;
+    row.as_ref().map(held_from_row).transpose()
+}
+
+/// Every capability that is not revoked, not expired, and whose run is active at
+/// `now`: what a policy reload must re-authorize.
+pub async fn live(store: &Store, now: i64) -> Result<Vec<HeldCapability>, StoreError> {
+    let q = store.sql(concat!(
+        "SELECT ",
+        held_columns!(),
+        " FROM capabilities c JOIN runs r ON r.id = c.run_id \
+         WHERE c.revoked_at IS NULL AND c.expires_at > $1 AND r.ended_at IS NULL \
+         AND r.expires_at > $2 ORDER BY c.id"
+    ));
+    let rows = sqlx::query(&q)
+        .bind(now)
+        .bind(now)
+        .fetch_all(store.pool())
+        .await?;
+    rows.iter().map(held_from_row).collect()
 }

@@ -20,6 +20,7 @@ mod exchange;
 mod inputs;
 mod keys;
 mod policy_reload;
+mod policy_soundness;
 mod proxy;
 mod replicas;
 mod runs;

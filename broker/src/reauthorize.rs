@@ -1,0 +1,121 @@
+//! Re-authorization: a capability is worth only what the policy in force would
+//! still issue, and only what the store recorded when it was issued.
+//!
+//! Why: a signed token is a claim, not a fact. At exchange the broker compares
+//! every claim that matters (resource, action, user, run, runtime, task, issue
+//! and expiry times, uses) with the capability row written at issuance, so a
+//! token re-signed with edited claims buys nothing even under a valid signature;
+//! and it decides the recorded request again under the current policy, so a
+//! reload that adds a forbid stops capabilities issued before it. A reload also
+//! revokes, at once, every live capability the new policy would no longer issue
+//! ([`stale`]), so their leases go too.
+//!
+//! Invariants: the request re-decided is the recorded one (the run's user, task,
+//! labels and runtime, the capability's action and resource), admitted by the
+//! same checks and decided by the same [`PolicyEngine::decide`] as at issuance,
+//! at the current time; the requested ttl is taken as the lifetime the capability
+//! was given. A capability is still permitted only if the decision allows it
+//! without an approval and the effective ttl and uses are at least what it holds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use crate::capability::CapabilityClaims;
+use crate::config::{BackendConfig, Limits};
+use crate::policy::admit;
+use crate::policy::effective::Effective;
+use crate::policy::{PolicyDecision, PolicyEngine, PolicyRequest};
+use crate::store::capabilities::HeldCapability;
+use crate::store::runs::{self, RunRecord};
+use crate::store::{Store, StoreError};
+
+/// The claims of `claims` that differ from what the store recorded (empty: all
+/// match).
+pub fn mismatched_claims(
+    claims: &CapabilityClaims,
+    held: &HeldCapability,
+    run: &RunRecord,
+) -> Vec<&'static str> {
+    [
+        ("jti", claims.jti == held.id),
+        ("run", claims.run == held.run_id && claims.run == run.id),
+        ("act", claims.act == held.action),
+        ("res", claims.res == held.resource),
+        ("iat", claims.iat == held.issued_at),
+        ("exp", claims.exp == held.expires_at),
+        ("uses", claims.uses == held.uses),
+        ("sub", claims.sub == run.user),
+        ("rt", claims.rt == run.runtime_id),
+        ("task", claims.task == run.task_id),
+    ]
+    .into_iter()
+    .filter(|(_, same)| !same)
+    .map(|(name, _)| name)
+    .collect()
+}
+
+/// Whether the policy in force would still issue `held` to `run` at `now`.
+pub fn still_permitted(
+    engine: &PolicyEngine,
+    backends: &BTreeMap<String, BackendConfig>,
+    limits: &Limits,
+    held: &HeldCapability,
+    run: &RunRecord,
+    now: i64,
+) -> bool {
+    let Ok(res) = admit::check_capability(engine, backends, &held.action, &held.resource) else {
+        return false;
+    };
+    let lifetime =
+        Duration::from_secs(u64::try_from(held.expires_at - held.issued_at).unwrap_or(0));
+    let request = PolicyRequest {
+        user: &run.user,
+        action: &held.action,
+        backend: res.backend,
+        backend_kind: res.kind,
+        path: res.path,
+        run_id: &run.id,
+        run_labels: &run.labels,
+        task_id: &run.task_id,
+        task_kind: &run.task_kind,
+        task_attributes: &run.task_attributes,
+        runtime: &run.runtime_name,
+        requested_ttl: Some(lifetime),
+        now_unix: now,
+    };
+    match engine.decide(&request) {
+        PolicyDecision::Deny { .. } => false,
+        PolicyDecision::Allow { constraints, .. } => {
+            let effective = Effective::new(&constraints, limits, Some(lifetime));
+            constraints.approval.is_none()
+                && effective.ttl.value >= lifetime
+                && effective.uses.value >= held.uses
+        }
+    }
+}
+
+/// The live capabilities that `engine` would no longer issue, by id.
+pub async fn stale(
+    store: &Store,
+    engine: &PolicyEngine,
+    backends: &BTreeMap<String, BackendConfig>,
+    limits: &Limits,
+    now: i64,
+) -> Result<Vec<HeldCapability>, StoreError> {
+    let live = crate::store::capabilities::live(store, now).await?;
+    let mut runs: HashMap<String, Option<RunRecord>> = HashMap::new();
+    let mut out = Vec::new();
+    for held in live {
+        if !runs.contains_key(&held.run_id) {
+            let run = runs::find(store, &held.run_id).await?;
+            runs.insert(held.run_id.clone(), run);
+        }
+        let Some(Some(run)) = runs.get(&held.run_id) else {
+            continue;
+        };
+        if !still_permitted(engine, backends, limits, &held, run, now) {
+            out.push(held);
+        }
+    }
+    Ok(out)
+}
