@@ -462,9 +462,8 @@ impl SetRequest<'_> {
                 _ => Tri::False,
             },
             Atom::Like(p) => {
-                if glob::names_explicitly(p, &self.elems) {
-                    Tri::True
-                } else if self.inclusion_grants && glob::covers(p, &self.elems) {
+                let covered = self.inclusion_grants && glob::covers(p, &self.elems);
+                if covered || glob::names_explicitly(p, &self.elems) {
                     Tri::True
                 } else if glob::meets(p, &self.elems) {
                     Tri::Unknown

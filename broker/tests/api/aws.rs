@@ -282,7 +282,7 @@ async fn hostile_actions_and_arns_are_refused_before_any_call() {
         ),
         (
             "s3:GetObject",
-            "aws-main:arn:aws:s3:::tessera-reports/reports/q?.csv",
+            "aws-main:arn:aws:s3:::tessera-reports/reports/./q1.csv",
             "invalid_resource",
         ),
         (

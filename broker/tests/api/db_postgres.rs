@@ -788,7 +788,7 @@ async fn pg_all_tables_only_by_an_explicit_permit() {
     assert_error(
         app.capability(&alice, "select", &all).await,
         StatusCode::FORBIDDEN,
-        "capability_denied",
+        "wildcard_not_covered",
     )
     .await;
 

@@ -513,7 +513,8 @@ async fn a_claim_edited_under_a_valid_signature_is_refused(app: TestApp) {
     )
     .unwrap();
     let leases = app.count("leases").await;
-    let edits: [(&str, Box<dyn Fn(&mut capability::CapabilityClaims)>); 5] = [
+    type Edit = Box<dyn Fn(&mut capability::CapabilityClaims)>;
+    let edits: [(&str, Edit); 5] = [
         ("res", Box::new(|c| c.res = "svc-reports:reports/*".into())),
         ("act", Box::new(|c| c.act = "write".into())),
         ("uses", Box::new(|c| c.uses = 1000)),

@@ -123,13 +123,13 @@ mod tests {
     #[test]
     fn create_statements_carry_the_hash_not_the_password() {
         use crate::backends::database::{parse_path, Dialect};
-        let path = parse_path(Dialect::Mysql, "shop.Orders", true).unwrap();
+        let path = parse_path(Dialect::Mysql, "shop.orders", true).unwrap();
         let [create, grant] = create_sql("tsr_u", "*ABC", 2, &path, Privilege::Insert).unwrap();
         assert_eq!(
             create,
             "CREATE USER 'tsr_u'@'%' IDENTIFIED BY PASSWORD '*ABC' WITH MAX_USER_CONNECTIONS 2"
         );
-        assert_eq!(grant, "GRANT INSERT ON `shop`.`Orders` TO 'tsr_u'@'%'");
+        assert_eq!(grant, "GRANT INSERT ON `shop`.`orders` TO 'tsr_u'@'%'");
         let all = parse_path(Dialect::Mysql, "shop.*", true).unwrap();
         let [_, grant] = create_sql("tsr_u", "*ABC", 2, &all, Privilege::Select).unwrap();
         assert_eq!(grant, "GRANT SELECT ON `shop`.* TO 'tsr_u'@'%'");

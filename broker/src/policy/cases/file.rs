@@ -21,7 +21,7 @@ use crate::grammar::{parse_duration, quote, Rate};
 use crate::policy::simulate::{
     unconfigured_backend, RequestSpec, DEFAULT_RUNTIME, DEFAULT_TASK_ID,
 };
-use crate::policy::PolicyEngine;
+use crate::policy::{DenyRule, PolicyEngine};
 use crate::resource::is_backend_name;
 
 #[derive(Deserialize)]
@@ -62,6 +62,7 @@ struct RawCase {
     uses: Option<u32>,
     rate: Option<String>,
     approval: Option<bool>,
+    reason: Option<String>,
 }
 
 #[derive(Deserialize, PartialEq)]
@@ -281,6 +282,21 @@ fn expectation(raw: &RawCase) -> Result<Expectation, String> {
                 .into(),
         );
     }
+    if let Some(reason) = &raw.reason {
+        if allow {
+            return Err(
+                "reason names the rule that refused; a case that expects \"allow\" has none".into(),
+            );
+        }
+        if !DenyRule::ALL.iter().any(|r| r.reason() == reason) {
+            let known: Vec<&str> = DenyRule::ALL.iter().map(|r| r.reason()).collect();
+            return Err(format!(
+                "reason {}: not a rule (one of {})",
+                quote(reason),
+                known.join(", ")
+            ));
+        }
+    }
     let mut policies = raw.policies.clone();
     if let Some(ids) = &mut policies {
         ids.sort();
@@ -301,6 +317,7 @@ fn expectation(raw: &RawCase) -> Result<Expectation, String> {
             .map(|r| r.parse::<Rate>().map_err(|e| format!("rate: {e}")))
             .transpose()?,
         approval: raw.approval,
+        reason: raw.reason.clone(),
     })
 }
 

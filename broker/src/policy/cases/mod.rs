@@ -64,6 +64,9 @@ pub struct Expectation {
     pub uses: Option<u32>,
     pub rate: Option<Rate>,
     pub approval: Option<bool>,
+    /// For a deny: the rule that refused (`no_permit`, `forbidden`,
+    /// `wildcard_overlaps_forbid`, …).
+    pub reason: Option<String>,
 }
 
 /// The cases of one file.

@@ -79,6 +79,13 @@ fn run_case(engine: &PolicyEngine, case: &Case, limits: &Limits) -> CaseOutcome 
         }
         diffs.push(diff);
     }
+    let got_reason = got.rule.map(|r| r.reason());
+    if let Some(reason) = want.reason.as_deref().filter(|r| Some(*r) != got_reason) {
+        diffs.push(format!(
+            "reason: expected {reason}, got {}",
+            got_reason.unwrap_or("an allow")
+        ));
+    }
     if let (true, Some(e)) = (want.allow, &got.effective) {
         if let Some(ttl) = want.ttl.filter(|t| *t != e.ttl.value) {
             diffs.push(format!(
