@@ -25,12 +25,13 @@ use crate::config::{BackendConfig, Limits};
 use crate::policy::admit;
 use crate::policy::effective::Effective;
 use crate::policy::{PolicyDecision, PolicyEngine, PolicyRequest};
+use crate::resource::Resource;
 use crate::store::capabilities::HeldCapability;
 use crate::store::runs::{self, RunRecord};
 use crate::store::{Store, StoreError};
 
 /// The claims of `claims` that differ from what the store recorded (empty: all
-/// match).
+/// match). `run` is the run of `held`.
 pub fn mismatched_claims(
     claims: &CapabilityClaims,
     held: &HeldCapability,
@@ -38,7 +39,7 @@ pub fn mismatched_claims(
 ) -> Vec<&'static str> {
     [
         ("jti", claims.jti == held.id),
-        ("run", claims.run == held.run_id && claims.run == run.id),
+        ("run", claims.run == held.run_id),
         ("act", claims.act == held.action),
         ("res", claims.res == held.resource),
         ("iat", claims.iat == held.issued_at),
@@ -52,6 +53,33 @@ pub fn mismatched_claims(
     .filter(|(_, same)| !same)
     .map(|(name, _)| name)
     .collect()
+}
+
+/// The request `run` puts to policy for `action` on `res`: the one way it is
+/// built, at issuance (`api/capabilities.rs`) and at re-authorization, so both
+/// decide the same request.
+pub fn policy_request<'a>(
+    run: &'a RunRecord,
+    action: &'a str,
+    res: &Resource<'a>,
+    requested_ttl: Option<Duration>,
+    now: i64,
+) -> PolicyRequest<'a> {
+    PolicyRequest {
+        user: &run.user,
+        action,
+        backend: res.backend,
+        backend_kind: res.kind,
+        path: res.path,
+        run_id: &run.id,
+        run_labels: &run.labels,
+        task_id: &run.task_id,
+        task_kind: &run.task_kind,
+        task_attributes: &run.task_attributes,
+        runtime: &run.runtime_name,
+        requested_ttl,
+        now_unix: now,
+    }
 }
 
 /// Whether the policy in force would still issue `held` to `run` at `now`.
@@ -68,21 +96,7 @@ pub fn still_permitted(
     };
     let lifetime =
         Duration::from_secs(u64::try_from(held.expires_at - held.issued_at).unwrap_or(0));
-    let request = PolicyRequest {
-        user: &run.user,
-        action: &held.action,
-        backend: res.backend,
-        backend_kind: res.kind,
-        path: res.path,
-        run_id: &run.id,
-        run_labels: &run.labels,
-        task_id: &run.task_id,
-        task_kind: &run.task_kind,
-        task_attributes: &run.task_attributes,
-        runtime: &run.runtime_name,
-        requested_ttl: Some(lifetime),
-        now_unix: now,
-    };
+    let request = policy_request(run, &held.action, &res, Some(lifetime), now);
     match engine.decide(&request) {
         PolicyDecision::Deny { .. } => false,
         PolicyDecision::Allow { constraints, .. } => {

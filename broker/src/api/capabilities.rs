@@ -22,7 +22,7 @@ use crate::ids::{is_id, new_id};
 use crate::keys::jwt;
 use crate::policy::admit;
 use crate::policy::effective::Effective;
-use crate::policy::{DenyRule, PolicyDecision, PolicyRequest};
+use crate::policy::{DenyRule, PolicyDecision};
 use crate::store::capabilities::{
     CapabilityRecord, IssueCapability, IssueOutcome, RateCharge, RevokeCapability, Revoker,
 };
@@ -71,21 +71,8 @@ pub async fn request(
         .transpose()
         .map_err(|e| ApiError::bad_request("invalid_ttl", e.to_string()))?;
 
-    let policy_request = PolicyRequest {
-        user: &run.user,
-        action: &req.action,
-        backend: res.backend,
-        backend_kind: res.kind,
-        path: res.path,
-        run_id: &run.id,
-        run_labels: &run.labels,
-        task_id: &run.task_id,
-        task_kind: &run.task_kind,
-        task_attributes: &run.task_attributes,
-        runtime: &run.runtime_name,
-        requested_ttl,
-        now_unix: now,
-    };
+    let policy_request =
+        crate::reauthorize::policy_request(&run, &req.action, &res, requested_ttl, now);
     let decision = policy.decide(&policy_request);
     let mut audit = AuditEvent::new(
         events::CAPABILITY_ISSUED,

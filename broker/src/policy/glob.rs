@@ -63,21 +63,36 @@ pub fn literal_as_like(lit: &str) -> Vec<LikeElem> {
 /// functions against it, and it against Cedar.)
 #[cfg(test)]
 pub fn like_matches(p: &[LikeElem], s: &str) -> bool {
+    let elems: Vec<Elem> = p
+        .iter()
+        .map(|e| match e {
+            LikeElem::Lit(c) => Elem::Lit(*c),
+            LikeElem::Star => Elem::Any,
+        })
+        .collect();
+    matches_string(&elems, s)
+}
+
+/// Does the pattern `r` match the concrete string `s`? (Exact, by reachability
+/// over positions of `s`.)
+#[cfg(test)]
+pub fn matches_string(r: &[Elem], s: &str) -> bool {
     let s: Vec<char> = s.chars().collect();
-    // reach[j]: p[..i] matches s[..j].
+    // reach[j]: the elements so far match s[..j].
     let mut reach = vec![false; s.len() + 1];
     reach[0] = true;
-    for e in p {
+    for e in r {
         let mut next = vec![false; s.len() + 1];
         match e {
-            LikeElem::Star => {
+            Elem::Any => {
                 let mut any = false;
                 for j in 0..=s.len() {
                     any |= reach[j];
                     next[j] = any;
                 }
             }
-            LikeElem::Lit(c) => {
+            Elem::One => next[1..].copy_from_slice(&reach[..s.len()]),
+            Elem::Lit(c) => {
                 for j in 0..s.len() {
                     next[j + 1] = reach[j] && s[j] == *c;
                 }
@@ -279,33 +294,6 @@ mod tests {
         all
     }
 
-    /// Does the request pattern match the concrete string `s`? (Exact, by DP.)
-    fn req_matches(r: &[Elem], s: &str) -> bool {
-        let s: Vec<char> = s.chars().collect();
-        let mut reach = vec![false; s.len() + 1];
-        reach[0] = true;
-        for e in r {
-            let mut next = vec![false; s.len() + 1];
-            match e {
-                Elem::Any => {
-                    let mut any = false;
-                    for j in 0..=s.len() {
-                        any |= reach[j];
-                        next[j] = any;
-                    }
-                }
-                Elem::One => next[1..].copy_from_slice(&reach[..s.len()]),
-                Elem::Lit(c) => {
-                    for j in 0..s.len() {
-                        next[j + 1] = reach[j] && s[j] == *c;
-                    }
-                }
-            }
-            reach = next;
-        }
-        reach[s.len()]
-    }
-
     const ALPHABET: [char; 2] = ['a', 'b'];
 
     proptest! {
@@ -318,7 +306,7 @@ mod tests {
             let re = req(&r);
             let members: Vec<String> = strings(&ALPHABET, 6)
                 .into_iter()
-                .filter(|s| req_matches(&re, s))
+                .filter(|s| matches_string(&re, s))
                 .collect();
             let some = members.iter().any(|s| like_matches(&pl, s));
             let all = members.iter().all(|s| like_matches(&pl, s));
