@@ -348,62 +348,33 @@ impl PolicyEngine {
         action: &context::Action,
         set: &resource_set::SetRequest<'_>,
     ) -> PolicyDecision {
-        use resource_set::{Holds, Tri, MAX_UNKNOWN};
-        let sets = &self.sets;
-        let mut values = vec![Tri::False; sets.atom_count];
-        for p in &sets.policies {
-            for (n, atom) in &p.atoms {
-                values[*n] = set.value(atom);
-            }
-        }
-        let unknown: Vec<usize> = sets
-            .policies
-            .iter()
-            .map(|p| {
-                p.atoms
-                    .iter()
-                    .filter(|(n, _)| values[*n] == Tri::Unknown)
-                    .count()
-            })
-            .collect();
-        let widest = unknown.iter().copied().filter(|u| *u <= MAX_UNKNOWN).max();
-        let rounds = 1usize << widest.unwrap_or(0);
         let request = match context::request(self, req, action, None) {
             Ok(r) => r,
             Err(e) => return deny_error(e),
         };
-        let mut holds = resource_set::initial(sets, &unknown);
         let mut errors = Vec::new();
-        for t in 0..rounds {
-            let attrs = resource_set::assignment(sets, &values, &unknown, t);
-            let entities = match context::entities_with(self, req, action, attrs) {
-                Ok(e) => e,
-                Err(e) => return deny_error(e),
-            };
+        let holds = self.sets.holds(set, |attrs| {
+            let entities = context::entities_with(self, req, action, attrs)?;
             let response = self
                 .authorizer
-                .is_authorized(&request, &sets.variants, &entities);
-            let satisfied: std::collections::HashSet<String> = response
+                .is_authorized(&request, &self.sets.variants, &entities);
+            if errors.is_empty() {
+                errors.extend(response.diagnostics().errors().map(|e| e.to_string()));
+            }
+            Ok(response
                 .diagnostics()
                 .reason()
                 .map(|id| id.to_string())
-                .collect();
-            if t == 0 {
-                errors.extend(response.diagnostics().errors().map(|e| e.to_string()));
-            }
-            resource_set::record(&mut holds, &satisfied, sets, &unknown, t);
-        }
+                .collect())
+        });
+        let holds = match holds {
+            Ok(h) => h,
+            Err(e) => return deny_error(e),
+        };
         let (mut forbid_all, mut forbid_some, mut approval, mut covering, mut partial) =
             (vec![], vec![], vec![], vec![], vec![]);
-        for (p, Holds { may, mut must }) in sets.policies.iter().zip(holds) {
+        for (p, resource_set::Holds { may, must }) in self.sets.policies.iter().zip(holds) {
             let id = p.id.clone();
-            // Where the wildcard must be named explicitly (database `*`), a permit
-            // grants the set only through a condition that names it: one that
-            // does not read the path at all ("every table of pg-main") would
-            // otherwise grant every table at once.
-            if !set.inclusion_grants && !p.forbid {
-                must &= p.atoms.iter().any(|(n, _)| values[*n] == Tri::True);
-            }
             match (p.forbid, self.is_approval_gated(&id)) {
                 (true, _) if must => forbid_all.push(id),
                 (true, _) if may => forbid_some.push(id),

@@ -27,7 +27,7 @@
 //! whose wildcard must be named explicitly (database `*`) get only the latter,
 //! and there a permit grants a set only through a condition that names it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use cedar_policy::{Policy, PolicyId, PolicySet, RestrictedExpression};
 use serde_json::{json, Value};
@@ -485,76 +485,83 @@ impl SetRequest<'_> {
     }
 }
 
-/// The resource attributes for assignment number `t` (bit k of `t mod 2^u` is the
-/// value of a policy's k-th unknown atom), and how many policies saw a new
-/// assignment in it.
-pub(super) fn assignment(
-    eval: &SetEvaluator,
-    values: &[Tri],
-    unknown: &[usize],
-    t: usize,
-) -> HashMap<String, RestrictedExpression> {
-    let mut attrs = HashMap::with_capacity(eval.atom_count);
-    for (p, policy) in eval.policies.iter().enumerate() {
-        let u = unknown[p];
-        let index = if u <= MAX_UNKNOWN { t % (1 << u) } else { 0 };
-        let mut k = 0;
-        for (n, _) in &policy.atoms {
-            let v = match values[*n] {
-                Tri::True => true,
-                Tri::False => false,
-                Tri::Unknown => {
-                    let bit = (index >> k) & 1 == 1;
-                    k += 1;
-                    bit
-                }
-            };
-            attrs.insert(atom_attr(*n), RestrictedExpression::new_bool(v));
+impl SetEvaluator {
+    /// Whether each policy (in [`SetEvaluator::policies`] order) may and must hold
+    /// for `set`. `satisfied` evaluates the variants once with the given atom
+    /// attributes on the resource and returns the ids of the satisfied ones.
+    pub(super) fn holds(
+        &self,
+        set: &SetRequest<'_>,
+        mut satisfied: impl FnMut(
+            HashMap<String, RestrictedExpression>,
+        ) -> Result<HashSet<String>, String>,
+    ) -> Result<Vec<Holds>, String> {
+        let mut values = vec![Tri::False; self.atom_count];
+        for p in &self.policies {
+            for (n, atom) in &p.atoms {
+                values[*n] = set.value(atom);
+            }
         }
-    }
-    attrs
-}
-
-/// Folds one evaluation into each policy's `Holds`, counting only the policies for
-/// which `t` is a new assignment.
-pub(super) fn record(
-    holds: &mut [Holds],
-    satisfied: &std::collections::HashSet<String>,
-    eval: &SetEvaluator,
-    unknown: &[usize],
-    t: usize,
-) {
-    for (p, policy) in eval.policies.iter().enumerate() {
-        let u = unknown[p];
-        if u > MAX_UNKNOWN || t >= (1 << u) {
-            continue;
-        }
-        let sat = satisfied.contains(&policy.id);
-        holds[p].may |= sat;
-        holds[p].must &= sat;
-    }
-}
-
-/// The initial `Holds` of each policy: a policy with too many unknown atoms may
-/// hold and need not.
-pub(super) fn initial(eval: &SetEvaluator, unknown: &[usize]) -> Vec<Holds> {
-    eval.policies
-        .iter()
-        .enumerate()
-        .map(|(p, _)| {
-            if unknown[p] > MAX_UNKNOWN {
-                Holds {
-                    may: true,
-                    must: false,
-                }
-            } else {
-                Holds {
-                    may: false,
-                    must: true,
+        let unknown: Vec<usize> = self
+            .policies
+            .iter()
+            .map(|p| {
+                p.atoms
+                    .iter()
+                    .filter(|(n, _)| values[*n] == Tri::Unknown)
+                    .count()
+            })
+            .collect();
+        // A policy with too many unknown atoms may hold and need not.
+        let mut holds: Vec<Holds> = unknown
+            .iter()
+            .map(|u| Holds {
+                may: *u > MAX_UNKNOWN,
+                must: *u <= MAX_UNKNOWN,
+            })
+            .collect();
+        let widest = unknown.iter().copied().filter(|u| *u <= MAX_UNKNOWN).max();
+        // Round t gives each policy with u unknown atoms assignment t mod 2^u (bit k
+        // is its k-th unknown atom); only rounds t < 2^u are new for that policy.
+        for t in 0..1usize << widest.unwrap_or(0) {
+            let mut attrs = HashMap::with_capacity(self.atom_count);
+            for (policy, u) in self.policies.iter().zip(&unknown) {
+                let index = if *u <= MAX_UNKNOWN { t % (1 << u) } else { 0 };
+                let mut k = 0;
+                for (n, _) in &policy.atoms {
+                    let v = match values[*n] {
+                        Tri::True => true,
+                        Tri::False => false,
+                        Tri::Unknown => {
+                            k += 1;
+                            (index >> (k - 1)) & 1 == 1
+                        }
+                    };
+                    attrs.insert(atom_attr(*n), RestrictedExpression::new_bool(v));
                 }
             }
-        })
-        .collect()
+            let sat = satisfied(attrs)?;
+            for ((policy, u), h) in self.policies.iter().zip(&unknown).zip(holds.iter_mut()) {
+                if *u <= MAX_UNKNOWN && t < (1 << u) {
+                    let yes = sat.contains(&policy.id);
+                    h.may |= yes;
+                    h.must &= yes;
+                }
+            }
+        }
+        // Where the wildcard must be named explicitly (database `*`), a permit
+        // grants the set only through a condition that names it: one that does
+        // not read the path at all ("every table of pg-main") would otherwise
+        // grant every table at once.
+        if !set.inclusion_grants {
+            for (policy, h) in self.policies.iter().zip(holds.iter_mut()) {
+                if !policy.forbid {
+                    h.must &= policy.atoms.iter().any(|(n, _)| values[*n] == Tri::True);
+                }
+            }
+        }
+        Ok(holds)
+    }
 }
 
 #[cfg(test)]
