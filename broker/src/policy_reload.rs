@@ -113,20 +113,26 @@ pub async fn reload(
             app.replace_policy(engine);
             // A capability missed here (a crash, a store error) is still refused at
             // its next exchange, which re-decides it under the policy in force.
-            for held in &stale {
+            // Submitted together, so the writer commits them in a few batches.
+            let revocations = stale.iter().map(|held| {
                 let mut ev = AuditEvent::new(events::CAPABILITY_REVOKED, "policy", "allow");
                 ev.capability_id = Some(held.id.clone());
                 ev.action = Some(held.action.clone());
                 ev.resource = Some(held.resource.clone());
                 ev.reason = Some("policy_changed".into());
                 ev.request_id = audit_request_id.clone();
-                let op = RevokeCapability {
+                app.store.writer().submit(RevokeCapability {
                     capability_id: held.id.clone(),
                     by: Revoker::Admin,
                     audit: ev,
                     reason: "policy_changed",
-                };
-                if let Err(e) = app.store.writer().submit(op).await {
+                })
+            });
+            for (held, done) in stale
+                .iter()
+                .zip(futures_util::future::join_all(revocations).await)
+            {
+                if let Err(e) = done {
                     tracing::error!(error = %e, capability = %held.id, "could not revoke a capability the new policy no longer grants; its exchange is refused all the same");
                 }
             }

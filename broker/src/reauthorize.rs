@@ -17,7 +17,7 @@
 //! was given. A capability is still permitted only if the decision allows it
 //! without an approval and the effective ttl and uses are at least what it holds.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::capability::CapabilityClaims;
@@ -27,7 +27,7 @@ use crate::policy::effective::Effective;
 use crate::policy::{PolicyDecision, PolicyEngine, PolicyRequest};
 use crate::resource::Resource;
 use crate::store::capabilities::HeldCapability;
-use crate::store::runs::{self, RunRecord};
+use crate::store::runs::RunRecord;
 use crate::store::{Store, StoreError};
 
 /// The claims of `claims` that differ from what the store recorded (empty: all
@@ -108,7 +108,7 @@ pub fn still_permitted(
     }
 }
 
-/// The live capabilities that `engine` would no longer issue, by id.
+/// The live capabilities that `engine` would no longer issue.
 pub async fn stale(
     store: &Store,
     engine: &PolicyEngine,
@@ -117,19 +117,9 @@ pub async fn stale(
     now: i64,
 ) -> Result<Vec<HeldCapability>, StoreError> {
     let live = crate::store::capabilities::live(store, now).await?;
-    let mut runs: HashMap<String, Option<RunRecord>> = HashMap::new();
-    let mut out = Vec::new();
-    for held in live {
-        if !runs.contains_key(&held.run_id) {
-            let run = runs::find(store, &held.run_id).await?;
-            runs.insert(held.run_id.clone(), run);
-        }
-        let Some(Some(run)) = runs.get(&held.run_id) else {
-            continue;
-        };
-        if !still_permitted(engine, backends, limits, &held, run, now) {
-            out.push(held);
-        }
-    }
-    Ok(out)
+    Ok(live
+        .into_iter()
+        .filter(|(held, run)| !still_permitted(engine, backends, limits, held, run, now))
+        .map(|(held, _)| held)
+        .collect())
 }

@@ -26,7 +26,7 @@ use crate::store::capabilities::{
     Revoker,
 };
 use crate::store::revocations::RearmRevocation;
-use crate::store::runs::{self, RunState};
+use crate::store::runs::RunState;
 use crate::store::writer::AppendAudit;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -276,10 +276,7 @@ async fn reauthorize(
     claims: &CapabilityClaims,
     audit: &AuditEvent,
 ) -> Result<Option<ApiError>, ApiError> {
-    let Some(held) = capabilities::held(&app.store, &claims.jti).await? else {
-        return Ok(None);
-    };
-    let Some(run) = runs::find(&app.store, &held.run_id).await? else {
+    let Some((held, run)) = capabilities::held(&app.store, &claims.jti).await? else {
         return Ok(None);
     };
     let mut refused = audit.clone();

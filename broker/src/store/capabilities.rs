@@ -10,7 +10,7 @@
 //! - rate limits are GCRA buckets read and written inside the writer's
 //!   transaction (batches are serialised, across replicas too).
 
-use super::runs::RunState;
+use super::runs::{run_columns, RunRecord, RunState};
 use super::writer::{BoxFuture, WriteCtx, WriteOp, ROWS_PER_INSERT};
 use super::{col, Dialect, Store, StoreError};
 use crate::audit::{events, AuditEvent};
@@ -621,8 +621,8 @@ pub async fn leases_for_run(store: &Store, run_id: &str) -> Result<Vec<LeaseRow>
         .collect()
 }
 
-/// A capability as the store recorded it at issuance, with its run: what a token's
-/// claims are compared with, and what re-authorization evaluates.
+/// A capability as the store recorded it at issuance: what a token's claims are
+/// compared with, and what re-authorization evaluates (with its run).
 #[derive(Debug, Clone)]
 pub struct HeldCapability {
     pub id: String,
@@ -635,33 +635,44 @@ pub struct HeldCapability {
     pub revoked_at: Option<i64>,
 }
 
-/// The columns [`held_from_row`] reads (a macro, so queries stay `&'static str`).
+/// The capability columns [`held_from_row`] reads, renamed apart from the run's
+/// (a macro, so queries stay `&'static str`).
 macro_rules! held_columns {
     () => {
-        "c.id, c.run_id, c.action, c.resource, c.issued_at, c.expires_at, c.uses, c.revoked_at"
+        "c.id AS cap_id, c.action AS cap_action, c.resource AS cap_resource, \
+         c.issued_at AS cap_issued_at, c.expires_at AS cap_expires_at, c.uses AS cap_uses, \
+         c.revoked_at AS cap_revoked_at"
     };
 }
 
-fn held_from_row(row: &sqlx::any::AnyRow) -> Result<HeldCapability, StoreError> {
-    let uses: i64 = col(row, "uses")?;
-    Ok(HeldCapability {
-        id: col(row, "id")?,
-        run_id: col(row, "run_id")?,
-        action: col(row, "action")?,
-        resource: col(row, "resource")?,
-        issued_at: col(row, "issued_at")?,
-        expires_at: col(row, "expires_at")?,
+/// A capability and its run, from one row of `capabilities c JOIN runs r`.
+fn held_from_row(row: &sqlx::any::AnyRow) -> Result<(HeldCapability, RunRecord), StoreError> {
+    let run = super::runs::from_row(row)?;
+    let uses: i64 = col(row, "cap_uses")?;
+    let held = HeldCapability {
+        id: col(row, "cap_id")?,
+        run_id: run.id.clone(),
+        action: col(row, "cap_action")?,
+        resource: col(row, "cap_resource")?,
+        issued_at: col(row, "cap_issued_at")?,
+        expires_at: col(row, "cap_expires_at")?,
         uses: u32::try_from(uses).unwrap_or(0),
-        revoked_at: col(row, "revoked_at")?,
-    })
+        revoked_at: col(row, "cap_revoked_at")?,
+    };
+    Ok((held, run))
 }
 
-/// The capability row `id`, fresh from the store.
-pub async fn held(store: &Store, id: &str) -> Result<Option<HeldCapability>, StoreError> {
+/// The capability row `id` and its run, fresh from the store, in one read.
+pub async fn held(
+    store: &Store,
+    id: &str,
+) -> Result<Option<(HeldCapability, RunRecord)>, StoreError> {
     let q = store.sql(concat!(
         "SELECT ",
         held_columns!(),
-        " FROM capabilities c WHERE c.id = $1"
+        ", ",
+        run_columns!("r."),
+        " FROM capabilities c JOIN runs r ON r.id = c.run_id WHERE c.id = $1"
     ));
     let row = sqlx::query(&q)
         .bind(id)
@@ -671,11 +682,13 @@ pub async fn held(store: &Store, id: &str) -> Result<Option<HeldCapability>, Sto
 }
 
 /// Every capability that is not revoked, not expired, and whose run is active at
-/// `now`: what a policy reload must re-authorize.
-pub async fn live(store: &Store, now: i64) -> Result<Vec<HeldCapability>, StoreError> {
+/// `now`, with its run: what a policy reload must re-authorize.
+pub async fn live(store: &Store, now: i64) -> Result<Vec<(HeldCapability, RunRecord)>, StoreError> {
     let q = store.sql(concat!(
         "SELECT ",
         held_columns!(),
+        ", ",
+        run_columns!("r."),
         " FROM capabilities c JOIN runs r ON r.id = c.run_id \
          WHERE c.revoked_at IS NULL AND c.expires_at > $1 AND r.ended_at IS NULL \
          AND r.expires_at > $2 ORDER BY c.id"

@@ -264,11 +264,41 @@ pub(crate) async fn revoke_everything(
     Ok(counts)
 }
 
-const RUN_COLUMNS: &str =
-    "id, runtime_id, runtime_name, user_name, task_id, task_kind, task_attributes, labels, \
-                           created_at, expires_at, ended_at";
+/// The columns [`from_row`] reads, each after `prefix` (a table alias such as
+/// `"r."` in a join, or `""`). A macro, so queries stay `&'static str`.
+macro_rules! run_columns {
+    ($p:literal) => {
+        concat!(
+            $p,
+            "id, ",
+            $p,
+            "runtime_id, ",
+            $p,
+            "runtime_name, ",
+            $p,
+            "user_name, ",
+            $p,
+            "task_id, ",
+            $p,
+            "task_kind, ",
+            $p,
+            "task_attributes, ",
+            $p,
+            "labels, ",
+            $p,
+            "created_at, ",
+            $p,
+            "expires_at, ",
+            $p,
+            "ended_at"
+        )
+    };
+}
+pub(crate) use run_columns;
 
-fn from_row(row: &sqlx::any::AnyRow) -> Result<RunRecord, StoreError> {
+const RUN_COLUMNS: &str = run_columns!("");
+
+pub(super) fn from_row(row: &sqlx::any::AnyRow) -> Result<RunRecord, StoreError> {
     let attrs: String = col(row, "task_attributes")?;
     let labels: String = col(row, "labels")?;
     Ok(RunRecord {

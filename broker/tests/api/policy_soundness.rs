@@ -457,6 +457,10 @@ async fn a_tightening_reload_revokes_what_it_no_longer_grants(app: TestApp) {
     let q2 = app
         .capability_ok(&token, "read", "svc-reports:reports/q2")
         .await;
+    // A second capability for the same resource: both go.
+    let q1b = app
+        .capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
     let bought = app.exchange(q1["token"].as_str().unwrap()).await;
     assert_eq!(bought.status(), StatusCode::OK);
     let lease: Value = bought.json().await.unwrap();
@@ -476,14 +480,18 @@ async fn a_tightening_reload_revokes_what_it_no_longer_grants(app: TestApp) {
         .await;
     let (status, v) = body(resp).await;
     assert_eq!(status, StatusCode::OK, "{v}");
-    assert_eq!(v["revoked"], 1, "{v}");
+    assert_eq!(v["revoked"], 2, "{v}");
     let rows = app.audit("event=policy.reloaded").await;
     assert!(
-        rows[0]["detail"].as_str().unwrap().contains("revoked=1"),
+        rows[0]["detail"].as_str().unwrap().contains("revoked=2"),
         "{rows:?}"
     );
     assert_eq!(
         app.introspect(&key, q1["token"].as_str().unwrap()).await["active"],
+        false
+    );
+    assert_eq!(
+        app.introspect(&key, q1b["token"].as_str().unwrap()).await["active"],
         false
     );
     assert_eq!(
