@@ -13,6 +13,7 @@ use crate::config::{BackendConfig, Config};
 use crate::keys::{manage, Kek, KeyRing};
 use crate::metrics::Metrics;
 use crate::policy::PolicyEngine;
+use crate::store::capabilities::HeldCapability;
 use crate::store::runs::RunRecord;
 use crate::store::Store;
 use anyhow::Context;
@@ -33,6 +34,8 @@ pub struct App {
     pub metrics: Metrics,
     pub clock: Clock,
     pub runs: RunCache,
+    /// Issued capabilities and their runs (see [`HeldCache`]).
+    pub held: HeldCache,
     /// Serialises policy reloads (see [`crate::policy_reload`]).
     pub policy_reload_lock: tokio::sync::Mutex<()>,
     /// Wakes the revocation worker when the outbox gains rows.
@@ -86,7 +89,8 @@ impl App {
             admin_token_hash,
             metrics: Metrics::new(),
             clock,
-            runs: RunCache::default(),
+            runs: RunCache::new(RUN_CACHE_MAX),
+            held: HeldCache::new(HELD_CACHE_MAX),
             policy_reload_lock: tokio::sync::Mutex::new(()),
             revocation_wakeup: tokio::sync::Notify::new(),
         }))
@@ -110,30 +114,51 @@ impl App {
     }
 }
 
+/// Facts that never change once written, by key, bounded: when full it starts
+/// over. What is cached must be immutable in the store, so an entry can be stale
+/// only in what it does not hold.
+pub struct FactCache<V> {
+    map: RwLock<HashMap<String, V>>,
+    max: usize,
+}
+
+impl<V: Clone> FactCache<V> {
+    pub fn new(max: usize) -> Self {
+        FactCache {
+            map: RwLock::new(HashMap::new()),
+            max,
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<V> {
+        self.map.read().ok()?.get(key).cloned()
+    }
+
+    pub fn insert(&self, key: String, value: V) {
+        if let Ok(mut m) = self.map.write() {
+            if m.len() >= self.max {
+                m.clear();
+            }
+            m.insert(key, value);
+        }
+    }
+}
+
 /// Run-token lookups, cached by token hash.
 ///
 /// Only the immutable attributes of a run are trusted from the cache (user, task,
 /// runtime, labels, expiry). Whether the run has *ended* is always decided by the
 /// store, inside the transaction that records a capability or consumes a use, so a
 /// stale entry can never let an ended run obtain anything.
-#[derive(Default)]
-pub struct RunCache {
-    map: RwLock<HashMap<String, Arc<RunRecord>>>,
-}
+pub type RunCache = FactCache<Arc<RunRecord>>;
 
 const RUN_CACHE_MAX: usize = 100_000;
 
-impl RunCache {
-    pub fn get(&self, token_hash: &str) -> Option<Arc<RunRecord>> {
-        self.map.read().ok()?.get(token_hash).cloned()
-    }
+/// Capabilities as issued, with their runs, by capability id: what an exchange
+/// compares a token's claims with and re-decides under the policy in force
+/// ([`crate::reauthorize`]). Only immutable fields are held; whether a capability
+/// is revoked, expired or out of uses, or its run ended, is decided by the store
+/// when the exchange takes a use. Filled at issuance and on a miss.
+pub type HeldCache = FactCache<(Arc<HeldCapability>, Arc<RunRecord>)>;
 
-    pub fn insert(&self, token_hash: String, run: Arc<RunRecord>) {
-        if let Ok(mut m) = self.map.write() {
-            if m.len() >= RUN_CACHE_MAX {
-                m.clear();
-            }
-            m.insert(token_hash, run);
-        }
-    }
-}
+const HELD_CACHE_MAX: usize = 50_000;

@@ -126,6 +126,7 @@ pub async fn reload(
                     by: Revoker::Admin,
                     audit: ev,
                     reason: "policy_changed",
+                    audit_noop: true,
                 })
             });
             for (held, done) in stale

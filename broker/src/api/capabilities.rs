@@ -24,12 +24,14 @@ use crate::policy::admit;
 use crate::policy::effective::Effective;
 use crate::policy::{DenyRule, PolicyDecision};
 use crate::store::capabilities::{
-    CapabilityRecord, IssueCapability, IssueOutcome, RateCharge, RevokeCapability, Revoker,
+    CapabilityRecord, HeldCapability, IssueCapability, IssueOutcome, RateCharge, RevokeCapability,
+    Revoker,
 };
 use crate::store::runs::{RunRecord, RunState};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
+use std::sync::Arc;
 use std::time::Duration;
 use tessera_client::types::{CapabilityRequest, CapabilityResponse, RevokeCapabilityResponse};
 
@@ -202,7 +204,7 @@ fn server_rate(app: &AppState, run: &RunRecord) -> RateCharge {
 #[allow(clippy::too_many_arguments)]
 async fn issue(
     app: &AppState,
-    run: &RunRecord,
+    run: &Arc<RunRecord>,
     req: &CapabilityRequest,
     backend: &str,
     policies: &[String],
@@ -259,6 +261,7 @@ async fn issue(
         expires_at,
         uses,
     };
+    let held = Arc::new(HeldCapability::from(&record));
     let outcome = app
         .store
         .writer()
@@ -269,15 +272,19 @@ async fn issue(
         })
         .await?;
     match outcome {
-        IssueOutcome::Issued => Ok((
-            StatusCode::CREATED,
-            Json(CapabilityResponse {
-                capability_id: jti,
-                token,
-                expires_at: rfc3339(expires_at),
-                uses,
-            }),
-        )),
+        IssueOutcome::Issued => {
+            // The exchange will compare its claims with this, without a read.
+            app.held.insert(jti.clone(), (held, run.clone()));
+            Ok((
+                StatusCode::CREATED,
+                Json(CapabilityResponse {
+                    capability_id: jti,
+                    token,
+                    expires_at: rfc3339(expires_at),
+                    uses,
+                }),
+            ))
+        }
         other => Err(refused(other)),
     }
 }
@@ -307,6 +314,7 @@ pub async fn revoke(
             by,
             audit,
             reason: "revoked",
+            audit_noop: true,
         })
         .await?
         .ok_or_else(|| ApiError::not_found("capability"))?;

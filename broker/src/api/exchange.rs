@@ -31,6 +31,7 @@ use crate::store::writer::AppendAudit;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use std::sync::Arc;
 use tessera_client::types::{ExchangeRequest, ExchangeResponse};
 
 fn token_error(e: TokenError) -> ApiError {
@@ -269,15 +270,23 @@ pub async fn exchange(
 
 /// Step 0: the claims must be what the store recorded, and the policy in force
 /// must still issue the capability; one it no longer would is revoked here.
-/// `None`: go on (a capability the store does not know, or that is revoked,
-/// expired or of an ended run, is refused by the reservation with its own code).
+/// `None`: go on (a capability the store does not know, or that is revoked or of
+/// an ended run, is refused by the reservation with its own code).
 async fn reauthorize(
     app: &AppState,
     claims: &CapabilityClaims,
     audit: &AuditEvent,
 ) -> Result<Option<ApiError>, ApiError> {
-    let Some((held, run)) = capabilities::held(&app.store, &claims.jti).await? else {
-        return Ok(None);
+    let (held, run) = match app.held.get(&claims.jti) {
+        Some(hit) => hit,
+        None => match capabilities::held(&app.store, &claims.jti).await? {
+            Some((held, run)) => {
+                let entry = (Arc::new(held), Arc::new(run));
+                app.held.insert(claims.jti.clone(), entry.clone());
+                entry
+            }
+            None => return Ok(None),
+        },
     };
     let mut refused = audit.clone();
     refused.event = events::EXCHANGE_REFUSED;
@@ -301,9 +310,6 @@ async fn reauthorize(
         )));
     }
     let now = app.clock.now();
-    if held.revoked_at.is_some() || now >= held.expires_at || run.state(now) != RunState::Active {
-        return Ok(None);
-    }
     let policy = app.policy();
     let limits = &app.config.limits;
     if reauthorize::still_permitted(&policy, &app.config.backends, limits, &held, &run, now) {
@@ -317,15 +323,22 @@ async fn reauthorize(
     revoked.resource = Some(held.resource.clone());
     revoked.request_id = audit.request_id.clone();
     revoked.reason = Some("policy_changed".into());
-    app.store
+    let now_revoked = app
+        .store
         .writer()
         .submit(RevokeCapability {
             capability_id: held.id.clone(),
             by: Revoker::Admin,
             audit: revoked,
             reason: "policy_changed",
+            audit_noop: false,
         })
         .await?;
+    if now_revoked != Some(true) {
+        // Already revoked (its run ended, a reload, an admin): the reservation
+        // refuses it with that code.
+        return Ok(None);
+    }
     app.revocation_wakeup.notify_one();
     refused.reason = Some("policy_changed".into());
     app.store.writer().submit(AppendAudit(refused)).await?;

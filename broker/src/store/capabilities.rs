@@ -388,6 +388,8 @@ pub struct RevokeCapability {
     /// Stored as the capability's `revoke_reason`: `revoked` (asked for), or
     /// `policy_changed` (the policy in force would no longer issue it).
     pub reason: &'static str,
+    /// Audit a no-op (not found, already revoked) too: true when someone asked.
+    pub audit_noop: bool,
 }
 
 impl WriteOp for RevokeCapability {
@@ -413,17 +415,21 @@ impl WriteOp for RevokeCapability {
                 }
             };
             let Some((run_id, revoked_at)) = visible else {
-                let mut ev = self.audit.clone();
-                ev.decision = "deny";
-                ev.reason = Some("not_found".into());
-                ctx.audit(&ev).await?;
+                if self.audit_noop {
+                    let mut ev = self.audit.clone();
+                    ev.decision = "deny";
+                    ev.reason = Some("not_found".into());
+                    ctx.audit(&ev).await?;
+                }
                 return Ok(None);
             };
             if revoked_at.is_some() {
-                let mut ev = self.audit.clone();
-                ev.run_id = Some(run_id);
-                ev.reason = Some("already_revoked".into());
-                ctx.audit(&ev).await?;
+                if self.audit_noop {
+                    let mut ev = self.audit.clone();
+                    ev.run_id = Some(run_id);
+                    ev.reason = Some("already_revoked".into());
+                    ctx.audit(&ev).await?;
+                }
                 return Ok(Some(false));
             }
             let now = ctx.now();
@@ -621,8 +627,9 @@ pub async fn leases_for_run(store: &Store, run_id: &str) -> Result<Vec<LeaseRow>
         .collect()
 }
 
-/// A capability as the store recorded it at issuance: what a token's claims are
-/// compared with, and what re-authorization evaluates (with its run).
+/// A capability as the store recorded it at issuance, its fields that never
+/// change: what a token's claims are compared with, and what re-authorization
+/// evaluates (with its run).
 #[derive(Debug, Clone)]
 pub struct HeldCapability {
     pub id: String,
@@ -632,7 +639,20 @@ pub struct HeldCapability {
     pub issued_at: i64,
     pub expires_at: i64,
     pub uses: u32,
-    pub revoked_at: Option<i64>,
+}
+
+impl From<&CapabilityRecord> for HeldCapability {
+    fn from(r: &CapabilityRecord) -> Self {
+        HeldCapability {
+            id: r.id.clone(),
+            run_id: r.run_id.clone(),
+            action: r.action.clone(),
+            resource: r.resource.clone(),
+            issued_at: r.issued_at,
+            expires_at: r.expires_at,
+            uses: r.uses,
+        }
+    }
 }
 
 /// The capability columns [`held_from_row`] reads, renamed apart from the run's
@@ -640,8 +660,7 @@ pub struct HeldCapability {
 macro_rules! held_columns {
     () => {
         "c.id AS cap_id, c.action AS cap_action, c.resource AS cap_resource, \
-         c.issued_at AS cap_issued_at, c.expires_at AS cap_expires_at, c.uses AS cap_uses, \
-         c.revoked_at AS cap_revoked_at"
+         c.issued_at AS cap_issued_at, c.expires_at AS cap_expires_at, c.uses AS cap_uses"
     };
 }
 
@@ -657,12 +676,11 @@ fn held_from_row(row: &sqlx::any::AnyRow) -> Result<(HeldCapability, RunRecord),
         issued_at: col(row, "cap_issued_at")?,
         expires_at: col(row, "cap_expires_at")?,
         uses: u32::try_from(uses).unwrap_or(0),
-        revoked_at: col(row, "cap_revoked_at")?,
     };
     Ok((held, run))
 }
 
-/// The capability row `id` and its run, fresh from the store, in one read.
+/// The capability row `id` and its run, from the store, in one read.
 pub async fn held(
     store: &Store,
     id: &str,

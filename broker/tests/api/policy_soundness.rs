@@ -447,6 +447,18 @@ async fn a_tightened_policy_refuses_the_exchange_and_revokes(app: TestApp) {
     app.state.replace_policy(engine);
     let resp = app.exchange(q3["token"].as_str().unwrap()).await;
     assert_error(resp, StatusCode::FORBIDDEN, "policy_changed").await;
+
+    // A broker that did not issue it (restarted: nothing in memory) re-decides it
+    // from the store's row just the same.
+    let q4 = app
+        .capability_ok(&token, "read", "svc-reports:reports/q4")
+        .await;
+    let app = app.restart().await;
+    app.state.replace_policy(tightened(
+        r#"@id("no-q4") forbid (principal, action, resource) when { resource.path == "reports/q4" };"#,
+    ));
+    let resp = app.exchange(q4["token"].as_str().unwrap()).await;
+    assert_error(resp, StatusCode::FORBIDDEN, "policy_changed").await;
 }
 
 async fn a_tightening_reload_revokes_what_it_no_longer_grants(app: TestApp) {
@@ -546,6 +558,22 @@ async fn a_claim_edited_under_a_valid_signature_is_refused(app: TestApp) {
     }
     assert_eq!(app.count("leases").await, leases, "nothing minted");
     // The genuine token still works.
+    let (status, v) = body(app.exchange(cap["token"].as_str().unwrap()).await).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+
+    // After a restart the broker holds nothing in memory: the claims are compared
+    // with the row read from the store, and the same edits are refused.
+    let mut forged = claims.clone();
+    forged.res = "svc-reports:reports/*".into();
+    let app = app.restart().await;
+    let keys = app.state.keys.snapshot();
+    let token = tessera_broker::keys::jwt::encode(&keys.active, CAPABILITY_TYP, &forged);
+    assert_error(
+        app.exchange(&token).await,
+        StatusCode::UNAUTHORIZED,
+        "invalid_token",
+    )
+    .await;
     let (status, v) = body(app.exchange(cap["token"].as_str().unwrap()).await).await;
     assert_eq!(status, StatusCode::OK, "{v}");
 }
