@@ -20,7 +20,10 @@ pub enum ResourceError {
     Shape,
     #[error("unknown backend")]
     UnknownBackend,
-    #[error("resource path contains characters not allowed for this backend kind")]
+    #[error(
+        "resource path is not valid for this backend kind: a character it does not allow, \
+         or not its one spelling (an empty, `.` or `..` segment, `**`, upper case in a mysql name)"
+    )]
     Path,
     #[error("action is not valid for this backend")]
     Action,

@@ -259,6 +259,70 @@ fn explain_prints_the_deciding_policies_and_constraints() {
     );
 }
 
+/// Database kinds and wildcard sets, offline: no URL, no server, the broker's rule.
+#[test]
+fn explain_decides_database_kinds_and_sets_offline() {
+    let dir = shipped();
+    let explain = |resource: &str, action: &str, kind: &str| {
+        let out = tessera(&[
+            "policy",
+            "explain",
+            "--dir",
+            path(&dir),
+            "--user",
+            "alice",
+            "--action",
+            action,
+            "--resource",
+            resource,
+            "--task-kind",
+            "summarize",
+            "--backend-kind",
+            kind,
+            "--json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let j = explain("pg-main:analytics.public.orders", "select", "postgres");
+    assert_eq!(j["decision"], "allow", "{j}");
+    assert_eq!(j["request"]["backend_kind"], "postgres");
+    assert_eq!(j["constraints"]["uses"]["value"], 3);
+    let j = explain("pg-main:analytics.public.*", "select", "postgres");
+    assert_eq!(j["reason"], "wildcard_not_covered", "{j}");
+    let j = explain("pg-main:reporting.public.*", "select", "postgres");
+    assert_eq!(j["decision"], "allow", "{j}");
+    let j = explain("svc-reports:reports/*", "read", "token");
+    assert_eq!(j["decision"], "allow", "{j}");
+    assert_eq!(
+        j["constraints"]["rate"]["policy"],
+        "staff-read-public-reports"
+    );
+    // MariaDB folds names: one spelling, refused before policy.
+    let out = tessera(&[
+        "policy",
+        "explain",
+        "--dir",
+        path(&dir),
+        "--user",
+        "bob",
+        "--action",
+        "insert",
+        "--resource",
+        "my-shop:shop.ORDERS",
+        "--task-kind",
+        "deploy",
+        "--backend-kind",
+        "mysql",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("invalid_resource"),
+        "{}",
+        show(&out)
+    );
+}
+
 #[test]
 fn check_warns_on_a_permit_without_ttl_and_on_a_cap_overrun() {
     let s = Scratch::with_policies(&[(

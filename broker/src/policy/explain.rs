@@ -129,7 +129,9 @@ impl Explanation {
                 s.resource
             ),
             Some(DenyRule::WildcardNotCovered) => format!(
-                "  wildcard_not_covered: {ids} hold for part of the set {} names only\n",
+                "  wildcard_not_covered: no permit grants the whole set {} names; {ids} \
+                 hold for part of it only, or (database `*`) do not name the wildcard \
+                 explicitly\n",
                 s.resource
             ),
         };
