@@ -10,10 +10,12 @@ use crate::backends::postgres::PostgresBackend;
 use crate::backends::{aws::AwsStsBackend, token::TokenBackend, Backend};
 use crate::clock::Clock;
 use crate::config::{BackendConfig, Config};
+use crate::instance::Instance;
 use crate::keys::{manage, Kek, KeyRing};
 use crate::metrics::Metrics;
 use crate::policy::PolicyEngine;
 use crate::store::capabilities::HeldCapability;
+use crate::store::instances::RegisterInstance;
 use crate::store::runs::RunRecord;
 use crate::store::Store;
 use anyhow::Context;
@@ -40,6 +42,10 @@ pub struct App {
     pub policy_reload_lock: tokio::sync::Mutex<()>,
     /// Wakes the revocation worker when the outbox gains rows.
     pub revocation_wakeup: tokio::sync::Notify,
+    /// This process as the store knows it (owner of its revocation claims).
+    pub instance: Instance,
+    /// Set once when the broker begins to stop; background tasks watch it.
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl App {
@@ -57,6 +63,12 @@ impl App {
             .await
             .context("loading signing keys")?;
         let keys = Arc::new(KeyRing::new(keyset));
+        let instance = Instance::this_process();
+        store
+            .writer()
+            .submit(RegisterInstance(instance.clone()))
+            .await
+            .context("registering this broker instance")?;
         let mut backends: BTreeMap<String, Arc<dyn Backend>> = BTreeMap::new();
         for (name, b) in &config.backends {
             let backend: Arc<dyn Backend> = match b {
@@ -93,6 +105,8 @@ impl App {
             held: HeldCache::new(HELD_CACHE_MAX),
             policy_reload_lock: tokio::sync::Mutex::new(()),
             revocation_wakeup: tokio::sync::Notify::new(),
+            instance,
+            stopping: tokio::sync::watch::Sender::new(false),
         }))
     }
 

@@ -8,9 +8,17 @@
 //! backoff (1 s, 2 s, 4 s … capped at 5 min, with jitter) for as long as it takes;
 //! after [`revocations::STUCK_AFTER_ATTEMPTS`] failures a row counts as stuck and shows in
 //! `tessera leases list --stuck` and the `tessera_revocations_stuck` metric.
+//!
+//! Claims belong to this process ([`crate::instance`]): each pass first takes
+//! over the claims of instances that are certainly gone, claims hold for
+//! [`CLAIM_LEASE_SECS`] and are renewed by the heartbeat, and [`stop`] lets a
+//! pass in progress finish (bounded) and releases whatever is still held, so a
+//! crash or a rollout delays a removal by seconds, not by a claim timeout.
 
 use crate::app::App;
 use crate::backends::Revocation;
+use crate::instance::CLAIM_LEASE_SECS;
+use crate::store::instances::{self, ReleaseClaims};
 use crate::store::revocations::{
     self, ClaimRevocations, ExpireLeases, FinishRevocations, Job, Outcome,
 };
@@ -21,8 +29,6 @@ use std::time::Duration;
 
 /// Rows claimed per pass (one backend call per backend per pass).
 const CLAIM_BATCH: i64 = 2000;
-/// How long a claim keeps other workers off a row: longer than any backend call.
-const CLAIM_SECS: i64 = 120;
 /// Longest wait between attempts.
 const MAX_BACKOFF_SECS: i64 = 300;
 /// How often the worker looks even when nobody woke it.
@@ -40,25 +46,30 @@ pub fn backoff_secs(attempts: i64) -> i64 {
 /// successfully. Also used by tests, which run no background tasks.
 pub async fn run_once(app: &App) -> Result<usize, StoreError> {
     let mut done = 0;
+    take_over_dead(app).await?;
     if !revocations::any_due(&app.store, app.clock.now()).await? {
         return Ok(done);
     }
     loop {
+        crate::failpoint::hit("revocation.before_claim").await;
         let started = std::time::Instant::now();
         let jobs = app
             .store
             .writer()
             .submit(ClaimRevocations {
+                instance_id: app.instance.id.clone(),
                 limit: CLAIM_BATCH,
-                claim_secs: CLAIM_SECS,
+                claim_secs: CLAIM_LEASE_SECS,
             })
             .await?;
         if jobs.is_empty() {
             return Ok(done);
         }
+        crate::failpoint::hit("revocation.after_claim").await;
         let full = jobs.len() as i64 == CLAIM_BATCH;
         let claimed = started.elapsed();
         let results = settle(app, jobs).await;
+        crate::failpoint::hit("revocation.before_finish").await;
         let settled = started.elapsed();
         done += results
             .iter()
@@ -80,6 +91,31 @@ pub async fn run_once(app: &App) -> Result<usize, StoreError> {
             return Ok(done);
         }
     }
+}
+
+/// Releases the claims of every instance that is certainly gone (stopped, stale,
+/// or a process on this machine that no longer runs), so they are due now.
+async fn take_over_dead(app: &App) -> Result<(), StoreError> {
+    let now = app.clock.now();
+    let dead: Vec<String> = instances::claimants(&app.store, &app.instance.id)
+        .await?
+        .into_iter()
+        .filter(|(_, row)| row.as_ref().is_none_or(|r| app.instance.sees_dead(r, now)))
+        .map(|(id, _)| id)
+        .collect();
+    if dead.is_empty() {
+        return Ok(());
+    }
+    let released = app
+        .store
+        .writer()
+        .submit(ReleaseClaims {
+            instances: dead.clone(),
+            stop: false,
+        })
+        .await?;
+    tracing::info!(instances = ?dead, released, "took over revocations claimed by instances that are gone");
+    Ok(())
 }
 
 /// Calls each backend once with all of its refs, concurrently across backends.
@@ -135,12 +171,23 @@ pub async fn reap_expired_leases(app: &App) -> Result<u64, StoreError> {
     Ok(n)
 }
 
-/// Runs until the process exits: a pass whenever woken, and at least every second.
+/// Runs until the broker stops: a pass whenever woken, and at least every
+/// second. A stop is only seen between passes, so a pass always finishes (or
+/// [`stop`] gives up on it after its deadline).
 pub async fn run(app: Arc<App>) {
+    let mut stopping = app.stopping.subscribe();
+    // The first pass runs at once: work left by an instance that died is due.
+    let mut first = true;
     loop {
-        tokio::select! {
-            _ = app.revocation_wakeup.notified() => {}
-            _ = tokio::time::sleep(IDLE_TICK) => {}
+        if !std::mem::take(&mut first) {
+            tokio::select! {
+                _ = app.revocation_wakeup.notified() => {}
+                _ = tokio::time::sleep(IDLE_TICK) => {}
+                _ = stopping.wait_for(|s| *s) => return,
+            }
+        }
+        if *stopping.borrow() {
+            return;
         }
         if let Err(e) = run_once(&app).await {
             tracing::warn!(error = %e, "revocation pass failed; will retry");
@@ -148,6 +195,58 @@ pub async fn run(app: Arc<App>) {
         match revocations::counts(&app.store).await {
             Ok((pending, stuck)) => app.metrics.revocations_outstanding(pending, stuck),
             Err(e) => tracing::debug!(error = %e, "cannot count revocations"),
+        }
+    }
+}
+
+/// Stops the worker: waits up to `grace` for a pass in progress to finish,
+/// then releases every claim this instance still holds and marks it stopped,
+/// so the next start (or another replica) takes the work at once.
+pub async fn stop(app: &App, worker: tokio::task::JoinHandle<()>, grace: Duration) {
+    let _ = app.stopping.send(true);
+    let abort = worker.abort_handle();
+    if tokio::time::timeout(grace, worker).await.is_err() {
+        abort.abort();
+        tracing::warn!(
+            ?grace,
+            "revocation pass still running at shutdown; releasing its claims"
+        );
+    }
+    match app
+        .store
+        .writer()
+        .submit(ReleaseClaims {
+            instances: vec![app.instance.id.clone()],
+            stop: true,
+        })
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            released = n,
+            "released revocation claims for the next start"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot release revocation claims; they lapse on their own")
+        }
+    }
+}
+
+/// Keeps this instance's row and claims alive until the broker stops.
+pub async fn heartbeat(app: Arc<App>) {
+    let mut tick =
+        tokio::time::interval(Duration::from_secs(crate::instance::HEARTBEAT_SECS as u64));
+    let mut stopping = app.stopping.subscribe();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        let beat = instances::Heartbeat {
+            instance_id: app.instance.id.clone(),
+        };
+        if let Err(e) = app.store.writer().submit(beat).await {
+            tracing::warn!(error = %e, "instance heartbeat failed; claims lapse unless it recovers");
         }
     }
 }

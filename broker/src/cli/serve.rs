@@ -162,7 +162,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         app.config.expiry_sweep_interval,
     ));
     tokio::spawn(reload_on_sighup(app.clone()));
-    tokio::spawn(crate::revocation::run(app.clone()));
+    let revocation_worker = tokio::spawn(crate::revocation::run(app.clone()));
+    tokio::spawn(crate::revocation::heartbeat(app.clone()));
     if let Some(every) = app.config.policy_watch_interval {
         tokio::spawn(crate::policy_reload::watch(app.clone(), every));
     }
@@ -184,8 +185,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .await?;
         }
     }
+    // Work claimed by this process is finished or handed back before it exits.
+    crate::revocation::stop(&app, revocation_worker, REVOCATION_STOP_GRACE).await;
     Ok(())
 }
+
+/// How long a stopping broker lets a revocation pass in progress finish.
+const REVOCATION_STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Picks up keys rotated by another replica (on-demand reloads for unknown
 /// kids are throttled, so this bounds how long a new key can go unrecognised).

@@ -7,8 +7,10 @@
 //! revoke, expiry, failed issue) also writes a `revocations` row, and a worker
 //! (`crate::revocation`) drives each row to completion — retried with backoff,
 //! surviving restarts, visible when stuck. Claims go through the writer like every
-//! write, so replicas sharing PostgreSQL never work on the same row at once (each
-//! claim pushes the row's next attempt past the claim timeout).
+//! write, so replicas sharing PostgreSQL never work on the same row at once: a
+//! claim names the claiming instance and holds until `claim_until`, which that
+//! instance's heartbeat renews (`store::instances`). A row whose claimant stopped,
+//! died or stopped renewing is due again without waiting for any timeout.
 
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, Store, StoreError};
@@ -72,10 +74,12 @@ pub struct Job {
     pub attempts: i64,
 }
 
-/// Claims up to `limit` due jobs: each is pushed `claim_secs` into the future, so
-/// no other worker (or replica) takes it meanwhile; a worker that dies mid-way
-/// simply lets the claim lapse and the job comes due again.
+/// Claims up to `limit` due jobs for `instance_id` until `now + claim_secs`,
+/// so no other worker (or replica) takes them meanwhile. The claim does not
+/// move the retry schedule: if the claimant dies, releases it or stops renewing
+/// it, the job is due again at once.
 pub struct ClaimRevocations {
+    pub instance_id: String,
     pub limit: i64,
     pub claim_secs: i64,
 }
@@ -89,12 +93,15 @@ impl WriteOp for ClaimRevocations {
         Box::pin(async move {
             let now = ctx.now();
             let q = ctx.sql(
-                "UPDATE revocations SET attempts = attempts + 1, next_attempt_at = $1 \
+                "UPDATE revocations SET attempts = attempts + 1, claimed_by = $1, claim_until = $2 \
                  WHERE lease_id IN (SELECT lease_id FROM revocations \
-                   WHERE done_at IS NULL AND next_attempt_at <= $2 ORDER BY next_attempt_at LIMIT $3) \
+                   WHERE done_at IS NULL AND next_attempt_at <= $3 \
+                   AND (claimed_by IS NULL OR claim_until <= $3) \
+                   ORDER BY next_attempt_at LIMIT $4) \
                  RETURNING lease_id, backend, downstream_ref, run_id, reason, attempts",
             );
             let rows = sqlx::query(&q)
+                .bind(&self.instance_id)
                 .bind(now + self.claim_secs)
                 .bind(now)
                 .bind(self.limit)
@@ -145,7 +152,8 @@ impl WriteOp for FinishRevocations {
                 match outcome {
                     Outcome::Done => {
                         let q = ctx.sql(
-                            "UPDATE revocations SET done_at = $1, last_error = NULL WHERE lease_id = $2 AND done_at IS NULL",
+                            "UPDATE revocations SET done_at = $1, last_error = NULL, claimed_by = NULL, claim_until = NULL \
+                             WHERE lease_id = $2 AND done_at IS NULL",
                         );
                         sqlx::query(&q)
                             .bind(now)
@@ -159,7 +167,8 @@ impl WriteOp for FinishRevocations {
                     }
                     Outcome::Failed { error, retry_at } => {
                         let q = ctx.sql(
-                            "UPDATE revocations SET next_attempt_at = $1, last_error = $2 WHERE lease_id = $3 AND done_at IS NULL",
+                            "UPDATE revocations SET next_attempt_at = $1, last_error = $2, claimed_by = NULL, claim_until = NULL \
+                             WHERE lease_id = $3 AND done_at IS NULL",
                         );
                         sqlx::query(&q)
                             .bind(*retry_at)
@@ -196,7 +205,7 @@ impl WriteOp for FinishRevocations {
 /// Removal is idempotent, so an unneeded re-run costs one downstream call.
 pub async fn rearm(ctx: &mut WriteCtx<'_>, lease_id: &str) -> Result<u64, sqlx::Error> {
     let q = ctx.sql(
-        "UPDATE revocations SET done_at = NULL, next_attempt_at = $1 \
+        "UPDATE revocations SET done_at = NULL, next_attempt_at = $1, claimed_by = NULL, claim_until = NULL \
          WHERE lease_id = $2 AND done_at IS NOT NULL",
     );
     Ok(sqlx::query(&q)
@@ -299,7 +308,8 @@ pub async fn pending(
 /// the writer (nor, on PostgreSQL, the audit head lock) just to find nothing.
 pub async fn any_due(store: &Store, now: i64) -> Result<bool, StoreError> {
     let q = store.sql(
-        "SELECT lease_id FROM revocations WHERE done_at IS NULL AND next_attempt_at <= $1 LIMIT 1",
+        "SELECT lease_id FROM revocations WHERE done_at IS NULL AND next_attempt_at <= $1 \
+         AND (claimed_by IS NULL OR claim_until <= $1) LIMIT 1",
     );
     let row = sqlx::query(&q)
         .bind(now)

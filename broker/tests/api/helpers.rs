@@ -523,3 +523,134 @@ macro_rules! both_stores {
         )*
     };
 }
+
+/// The real `tessera` binary serving this test's store, keys, admin token and
+/// configuration (see [`TestApp::process`]); killed when dropped.
+pub struct ProcessBroker {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+    _dir: TempDir,
+}
+
+impl ProcessBroker {
+    /// Sends `signal` (e.g. `SIGTERM`, `SIGKILL`) to the process.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal)
+            .expect("signal the broker");
+    }
+
+    /// Waits up to `within` for the process to exit; panics if it does not.
+    pub async fn exited(&mut self, within: std::time::Duration) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the broker did not exit within {within:?}; its log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle` (a failpoint reached, …).
+    pub async fn logged(&self, needle: &str, within: std::time::Duration) {
+        let deadline = std::time::Instant::now() + within;
+        while !self.log_text().contains(needle) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{needle:?} not logged within {within:?}; the log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for ProcessBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl TestApp {
+    /// Starts the real binary (`tessera serve --dev`) on this app's store, KEK,
+    /// admin token, configuration and policy, with `env` added, and waits until
+    /// it is ready. This app's HTTP helpers keep talking to the in-process
+    /// router unless the test points `addr` at the process.
+    pub async fn process(&self, env: &[(&str, &str)]) -> ProcessBroker {
+        let dir = TempDir::new();
+        let policy = dir.0.join("policy");
+        write_policy_dir(&policy);
+        if !self.extra.policy.is_empty() {
+            std::fs::write(policy.join("extra.cedar"), &self.extra.policy).expect("extra policy");
+        }
+        let config = dir.0.join("tessera.toml");
+        std::fs::write(&config, format!("{TEST_CONFIG}\n{}", self.extra.config)).expect("config");
+        let token = dir.0.join("admin.token");
+        std::fs::write(&token, &self.admin_token).expect("admin token");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let log = dir.0.join("broker.log");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
+        cmd.args(["serve", "--dev", "--config"])
+            .arg(&config)
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--data-dir")
+            .arg(&dir.0)
+            .arg("--policy-dir")
+            .arg(&policy)
+            .env("TESSERA_STORE_URL", &self.store_url)
+            .env("TESSERA_KEK", &self.kek)
+            .env("TESSERA_ADMIN_TOKEN_FILE", &token)
+            .env("TESSERA_LOG", "info,tessera_broker=debug,sqlx=warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        for (k, v) in &self.extra.env {
+            cmd.env(k, v);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start tessera");
+        let mut broker = ProcessBroker {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        };
+        for _ in 0..400 {
+            if let Ok(r) = self
+                .client
+                .get(format!("http://{addr}/readyz"))
+                .send()
+                .await
+            {
+                if r.status().is_success() {
+                    return broker;
+                }
+            }
+            if let Ok(Some(status)) = broker.child.try_wait() {
+                panic!(
+                    "tessera exited ({status}) before ready:\n{}",
+                    broker.log_text()
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("tessera did not become ready:\n{}", broker.log_text());
+    }
+}

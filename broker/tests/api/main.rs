@@ -14,6 +14,7 @@ mod capabilities;
 mod client;
 mod client_aws;
 mod client_db;
+mod crash_revocation;
 mod db_mysql;
 mod db_postgres;
 mod exchange;

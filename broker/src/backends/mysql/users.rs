@@ -92,6 +92,7 @@ async fn drop_batch(pool: &MySqlPool, users: &[&String]) -> Result<(), BackendEr
         .execute(pool)
         .await
         .map_err(super::classify)?;
+    crate::failpoint::hit("revocation.mid_removal").await;
     let sessions = sqlx::raw_sql(&format!(
         "SELECT ID FROM information_schema.PROCESSLIST WHERE USER IN ({names})"
     ))
@@ -109,6 +110,7 @@ async fn drop_batch(pool: &MySqlPool, users: &[&String]) -> Result<(), BackendEr
             }
         }
     }
+    crate::failpoint::hit("revocation.before_drop").await;
     sqlx::raw_sql(&format!("DROP USER IF EXISTS {accounts}"))
         .execute(pool)
         .await

@@ -100,8 +100,10 @@ async fn drop_batch(pool: &PgPool, users: &[String]) -> Result<(), BackendError>
         .await
         .map_err(super::classify)?;
     let disabled = started.elapsed();
+    crate::failpoint::hit("revocation.mid_removal").await;
     terminate_sessions(pool, &existing).await?;
     let terminated = started.elapsed();
+    crate::failpoint::hit("revocation.before_drop").await;
     let drop = format!("DROP ROLE IF EXISTS {}", quoted.join(", "));
     match sqlx::raw_sql(&drop).execute(pool).await {
         Ok(_) => {

@@ -1,0 +1,148 @@
+//! Broker instances and the revocation claims they hold (see [`crate::instance`]).
+//!
+//! Every write goes through the writer like all others; the heartbeat renews
+//! the instance row and the lease of every claim it holds in one statement each.
+
+use super::writer::{BoxFuture, WriteCtx, WriteOp};
+use super::{col, Store, StoreError};
+use crate::instance::{Instance, CLAIM_LEASE_SECS};
+
+/// An instance as the store records it.
+#[derive(Debug, Clone)]
+pub struct InstanceRow {
+    pub id: String,
+    pub machine: String,
+    pub pid: i64,
+    pub pid_start: String,
+    pub heartbeat_at: i64,
+    pub stopped_at: Option<i64>,
+}
+
+/// Records this process as a live instance.
+pub struct RegisterInstance(pub Instance);
+
+impl WriteOp for RegisterInstance {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            let q = ctx.sql(
+                "INSERT INTO broker_instances (id, machine, pid, pid_start, started_at, heartbeat_at) \
+                 VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO UPDATE SET heartbeat_at = $5, stopped_at = NULL",
+            );
+            sqlx::query(&q)
+                .bind(&self.0.id)
+                .bind(&self.0.machine)
+                .bind(self.0.pid)
+                .bind(&self.0.pid_start)
+                .bind(now)
+                .execute(&mut *ctx.conn)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+/// Renews the instance's heartbeat and the lease of every claim it holds.
+pub struct Heartbeat {
+    pub instance_id: String,
+}
+
+impl WriteOp for Heartbeat {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            let q = ctx.sql("UPDATE broker_instances SET heartbeat_at = $1 WHERE id = $2");
+            sqlx::query(&q)
+                .bind(now)
+                .bind(&self.instance_id)
+                .execute(&mut *ctx.conn)
+                .await?;
+            let q = ctx.sql(
+                "UPDATE revocations SET claim_until = $1 WHERE claimed_by = $2 AND done_at IS NULL",
+            );
+            sqlx::query(&q)
+                .bind(now + CLAIM_LEASE_SECS)
+                .bind(&self.instance_id)
+                .execute(&mut *ctx.conn)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+/// Gives up every claim held by `instances` (due again at once); with `stop`,
+/// also marks them stopped. Returns how many claims were released.
+pub struct ReleaseClaims {
+    pub instances: Vec<String>,
+    pub stop: bool,
+}
+
+impl WriteOp for ReleaseClaims {
+    type Output = u64;
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<u64, sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            let mut released = 0;
+            for id in &self.instances {
+                let q = ctx.sql(
+                    "UPDATE revocations SET claimed_by = NULL, claim_until = NULL, next_attempt_at = $1 \
+                     WHERE claimed_by = $2 AND done_at IS NULL",
+                );
+                released += sqlx::query(&q)
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut *ctx.conn)
+                    .await?
+                    .rows_affected();
+                let q = if self.stop {
+                    ctx.sql("UPDATE broker_instances SET stopped_at = $1 WHERE id = $2")
+                } else {
+                    // A dead instance's row stays as a record until retention
+                    // removes it; the claims were what mattered.
+                    ctx.sql("UPDATE broker_instances SET stopped_at = COALESCE(stopped_at, $1) WHERE id = $2")
+                };
+                sqlx::query(&q)
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut *ctx.conn)
+                    .await?;
+            }
+            Ok(released)
+        })
+    }
+}
+
+/// The instances that hold unfinished claims (other than `except`), with
+/// their rows (`None` when an instance left no row at all).
+pub async fn claimants(
+    store: &Store,
+    except: &str,
+) -> Result<Vec<(String, Option<InstanceRow>)>, StoreError> {
+    let q = store.sql(
+        "SELECT DISTINCT r.claimed_by AS claimed_by, i.id AS id, i.machine AS machine, i.pid AS pid, \
+         i.pid_start AS pid_start, i.heartbeat_at AS heartbeat_at, i.stopped_at AS stopped_at \
+         FROM revocations r LEFT JOIN broker_instances i ON i.id = r.claimed_by \
+         WHERE r.done_at IS NULL AND r.claimed_by IS NOT NULL AND r.claimed_by <> $1",
+    );
+    let rows = sqlx::query(&q).bind(except).fetch_all(store.pool()).await?;
+    rows.iter()
+        .map(|r| {
+            let claimed_by: String = col(r, "claimed_by")?;
+            let id: Option<String> = col(r, "id")?;
+            let row = match id {
+                None => None,
+                Some(id) => Some(InstanceRow {
+                    id,
+                    machine: col(r, "machine")?,
+                    pid: col(r, "pid")?,
+                    pid_start: col(r, "pid_start")?,
+                    heartbeat_at: col(r, "heartbeat_at")?,
+                    stopped_at: col(r, "stopped_at")?,
+                }),
+            };
+            Ok((claimed_by, row))
+        })
+        .collect()
+}
