@@ -46,6 +46,8 @@ pub struct App {
     pub instance: Instance,
     /// Set once when the broker begins to stop; background tasks watch it.
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// When this process started (Unix seconds).
+    pub started_at: i64,
 }
 
 impl App {
@@ -59,6 +61,11 @@ impl App {
         let store = Store::open(&config.store, config.max_connections, clock.clone())
             .await
             .context("opening the store")?;
+        // The audit key first: no row is written before the chain is keyed.
+        let audit_key = crate::audit::key::load_or_create(&store, &kek, clock.now())
+            .await
+            .context("loading the audit key")?;
+        store.writer().install_audit_key(Arc::new(audit_key));
         let keyset = manage::load_or_create(&store, &kek, clock.now())
             .await
             .context("loading signing keys")?;
@@ -100,6 +107,7 @@ impl App {
             backends,
             admin_token_hash,
             metrics: Metrics::new(),
+            started_at: clock.now(),
             clock,
             runs: RunCache::new(RUN_CACHE_MAX),
             held: HeldCache::new(HELD_CACHE_MAX),

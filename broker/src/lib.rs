@@ -22,6 +22,7 @@ pub mod error;
 pub mod expiry;
 pub mod failpoint;
 pub mod grammar;
+pub mod http_client;
 pub mod ids;
 pub mod instance;
 pub mod keys;

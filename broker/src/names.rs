@@ -37,9 +37,24 @@ pub fn is_attribute_key(s: &str) -> bool {
     })
 }
 
-/// Task attribute values: at most 256 bytes, no control characters.
+/// Task attribute values: at most 256 bytes, no control characters and no
+/// character that changes how the text around it reads ([`is_deceptive`]).
 pub fn is_attribute_value(s: &str) -> bool {
-    s.len() <= 256 && !s.chars().any(char::is_control)
+    s.len() <= 256 && !s.chars().any(|c| c.is_control() || is_deceptive(c))
+}
+
+/// Characters refused in every value that reaches policy context, audit rows
+/// and logs, because they make what a reader sees differ from what is there:
+/// bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E,
+/// U+2066-U+2069: `invoice-\u{202E}fdp.exe` reads as `invoice-exe.pdf`), line
+/// and paragraph separators (U+2028, U+2029: a forged log line), and invisible
+/// joiners (U+200B-U+200D, U+2060, U+FEFF: two values that look equal). They
+/// are refused rather than escaped so that the stored value, the policy's view
+/// of it and every rendering of it are the same string.
+pub fn is_deceptive(c: char) -> bool {
+    matches!(c,
+        '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2028}' | '\u{2029}'
+        | '\u{2060}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
 }
 
 /// A comma-separated list of globs (`*` matches any run of characters).
@@ -121,6 +136,9 @@ mod tests {
         assert!(!is_kind_or_label("Summarize"));
         assert!(is_kind_or_label("untrusted-input"));
         assert!(!is_attribute_value("a\u{7}b"));
+        assert!(!is_attribute_value("invoice-\u{202E}fdp.exe"));
+        assert!(!is_attribute_value("line\u{2028}break"));
+        assert!(is_attribute_value("Résumé – 東京 / مرحبا"));
     }
 
     proptest! {

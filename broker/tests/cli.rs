@@ -14,13 +14,29 @@ struct Broker {
     child: Child,
     dir: PathBuf,
     addr: String,
+    /// Left for a restart ([`Broker::stop`]).
+    keep_dir: bool,
+}
+
+impl Broker {
+    /// SIGTERM, wait for the exit, keep the directory; returns it.
+    fn stop(mut self) -> PathBuf {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the broker exits 0 on SIGTERM: {status}");
+        self.keep_dir = true;
+        self.dir.clone()
+    }
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -37,13 +53,24 @@ fn policy_dir() -> PathBuf {
 }
 
 async fn start_dev_broker() -> Broker {
-    tessera_broker::server::install_crypto_provider();
     let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
     std::fs::create_dir_all(&dir).unwrap();
+    start_dev_broker_in(dir, None).await
+}
+
+/// `serve --dev` in `dir` (kept: a restart finds its database and KEK), with
+/// `config` as its `tessera.toml` when given.
+async fn start_dev_broker_in(dir: PathBuf, config: Option<&str>) -> Broker {
+    tessera_broker::server::install_crypto_provider();
     let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(BIN)
-        .args(["serve", "--dev", "--listen", &addr, "--policy-dir"])
-        .arg(policy_dir())
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--dev", "--listen", &addr, "--policy-dir"])
+        .arg(policy_dir());
+    if let Some(text) = config {
+        std::fs::write(dir.join("tessera.toml"), text).unwrap();
+        cmd.arg("--config").arg(dir.join("tessera.toml"));
+    }
+    let child = cmd
         .current_dir(&dir)
         .env("TESSERA_ADMIN_TOKEN_FILE", dir.join("admin.token"))
         // Everything the broker logs, at the most verbose level, goes to a file
@@ -51,7 +78,11 @@ async fn start_dev_broker() -> Broker {
         .env("TESSERA_LOG", "trace")
         .stdout(Stdio::null())
         .stderr(Stdio::from(
-            std::fs::File::create(dir.join("broker.log")).unwrap(),
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("broker.log"))
+                .unwrap(),
         ))
         .spawn()
         .unwrap();
@@ -59,6 +90,7 @@ async fn start_dev_broker() -> Broker {
         child,
         dir,
         addr: format!("http://{addr}"),
+        keep_dir: false,
     };
     for _ in 0..200 {
         if reqwest::get(format!("{}/readyz", broker.addr))
@@ -165,7 +197,7 @@ async fn full_flow_leaves_no_secret_anywhere() {
         "{}",
         String::from_utf8_lossy(&verified.stderr)
     );
-    assert!(String::from_utf8_lossy(&verified.stdout).contains("audit chain intact"));
+    assert!(String::from_utf8_lossy(&verified.stdout).contains("audit chain links verify"));
     let rotated = cli(&broker, &["keys", "rotate", "--json"]);
     assert!(rotated.status.success());
     let keys = cli(&broker, &["keys", "list"]);
@@ -450,7 +482,8 @@ async fn admin_cli_reads_the_audit_lists_runs_and_reloads_on_sighup() {
         .collect();
     let verify: Value =
         serde_json::from_str(&stdout_of(&cli(&broker, &["audit", "verify", "--json"]))).unwrap();
-    assert_eq!(rows.len() as i64, verify["rows"].as_i64().unwrap());
+    assert_eq!(verify["status"], "chain_intact_no_checkpoints");
+    assert_eq!(rows.len() as i64, verify["chain"]["rows"].as_i64().unwrap());
     for pair in rows.windows(2) {
         assert_eq!(pair[1]["prev_hash"], pair[0]["hash"]);
     }
@@ -690,4 +723,143 @@ async fn exec_forwards_signals_and_token_capability_prints_a_token() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("TESSERA_RUN_TOKEN_FILE"));
+}
+
+/// A witness on loopback: answers 503 to the first `fail_first` POSTs, then
+/// 200, and keeps every body it accepted.
+async fn witness(fail_first: usize) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use std::sync::{Arc, Mutex};
+    let kept: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let k = kept.clone();
+    let app = axum::Router::new().route(
+        "/witness",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let k = k.clone();
+            let seen = seen.clone();
+            async move {
+                if seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < fail_first {
+                    return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                }
+                k.lock().unwrap().push(body);
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/witness", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, kept)
+}
+
+fn checkpoint_lines(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("audit-checkpoints.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_reach_their_witnesses_and_prove_a_truncation() {
+    let (url, witnessed) = witness(2).await;
+    let config = format!(
+        "[audit]\ncheckpoint_rows = 3\ncheckpoint_interval = \"1s\"\ncheckpoint_stdout = true\nwitness_url = \"{url}\"\n"
+    );
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broker = start_dev_broker_in(dir, Some(&config)).await;
+    for name in ["a1", "a2", "a3", "a4"] {
+        assert!(cli(&broker, &["runtimes", "create", name]).status.success());
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+    }
+    let ckpt = broker.dir.join("audit-checkpoints.jsonl");
+    for _ in 0..100 {
+        if checkpoint_lines(&broker.dir).len() >= 2 && witnessed.lock().unwrap().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lines = checkpoint_lines(&broker.dir);
+    assert!(lines.len() >= 2, "{lines:?}");
+    use std::os::unix::fs::PermissionsExt;
+    // The store and its journal are the owner's only.
+    for f in ["tessera.db", "tessera.db-wal", "tessera-dev.kek"] {
+        let mode = std::fs::metadata(broker.dir.join(f))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{f}: {mode:o}");
+    }
+    assert_eq!(
+        std::fs::metadata(&ckpt).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // The witness got the same checkpoints, after two refused deliveries.
+    let got = witnessed.lock().unwrap().clone();
+    for l in &lines[..2] {
+        assert!(
+            got.iter().any(|g| g["checkpoint"] == l["checkpoint"]),
+            "{got:?}"
+        );
+    }
+    let out = cli(
+        &broker,
+        &["audit", "verify", "--checkpoints", ckpt.to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("audit log intact") || text.contains("unverified tail of"),
+        "{text}"
+    );
+    assert!(!text.contains("BROKEN"), "{text}");
+
+    // Stopped; then the database owner cuts every row after the first
+    // checkpoint and moves the head back.
+    let first = lines[0]["seq"].as_i64().unwrap();
+    let dir = broker.stop();
+    let db = dir.join("tessera.db");
+    let url = format!("sqlite://{}", db.display());
+    {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("DELETE FROM audit WHERE seq > ?1")
+            .bind(first)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(
+            "UPDATE audit_head SET seq = ?1, hash = (SELECT hash FROM audit WHERE seq = ?1)",
+        )
+        .bind(first)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        // Its own checkpoint rows go too: only the witness's copy remains.
+        sqlx::query("DELETE FROM audit_checkpoints")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    // Keep the witness file aside: a restart appends to the live one.
+    let kept = dir.join("witness-copy.jsonl");
+    std::fs::copy(&ckpt, &kept).unwrap();
+    let broker = start_dev_broker_in(dir, Some(&config)).await;
+    // From the database alone the chain links verify…
+    let chain = cli(&broker, &["audit", "verify"]);
+    let chain_text = String::from_utf8_lossy(&chain.stdout).into_owned();
+    assert!(chain.status.success(), "{chain_text}");
+    assert!(chain_text.contains("cannot be seen"), "{chain_text}");
+    // …but the witness's checkpoints name the truncation.
+    let out = cli(
+        &broker,
+        &["audit", "verify", "--checkpoints", kept.to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("BROKEN") && text.contains("is missing"),
+        "{text}"
+    );
 }

@@ -3,7 +3,7 @@
 //! Every filter is validated against the grammar of the field it matches, so a
 //! malformed filter is a clear 400 rather than a silently empty page.
 
-use super::extract::{AdminCaller, ApiQuery};
+use super::extract::{AdminCaller, ApiJson, ApiQuery};
 use crate::app::AppState;
 use crate::audit::query::{self, AuditFilter, AuditRecord, MAX_PAGE};
 use crate::clock::parse_rfc3339_ms;
@@ -140,7 +140,50 @@ pub async fn verify(
     State(app): State<AppState>,
     _admin: AdminCaller,
 ) -> Result<Json<crate::audit::verify::Report>, ApiError> {
-    Ok(Json(crate::audit::verify::verify(&app.store).await?))
+    let key = app
+        .store
+        .writer()
+        .audit_key()
+        .ok_or_else(ApiError::unavailable)?;
+    Ok(Json(crate::audit::verify::verify(&app.store, key).await?))
+}
+
+/// Checkpoints checked per request (a long file is sent in several).
+pub const MAX_CHECKPOINTS_PER_CHECK: usize = 100;
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsRequest {
+    pub checkpoints: Vec<String>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct CheckpointsResponse {
+    pub results: Vec<crate::audit::checkpoint::CheckpointCheck>,
+}
+
+/// `POST /v1/admin/audit/checkpoints/check`: whether the store still holds each
+/// checkpointed row with the link the checkpoint signed.
+pub async fn check_checkpoints(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    ApiJson(req): ApiJson<CheckpointsRequest>,
+) -> Result<Json<CheckpointsResponse>, ApiError> {
+    if req.checkpoints.len() > MAX_CHECKPOINTS_PER_CHECK {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("at most {MAX_CHECKPOINTS_PER_CHECK} checkpoints per request"),
+        ));
+    }
+    let keys =
+        crate::keys::manage::every_key(&app.store, &app.kek, app.keys.snapshot().active.clone())
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot load signing keys");
+                ApiError::unavailable()
+            })?;
+    let results = crate::audit::checkpoint::check(&app, &keys, &req.checkpoints).await?;
+    Ok(Json(CheckpointsResponse { results }))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 pub mod admin;
 pub mod audit;
 pub mod capabilities;
+pub mod edge;
 pub mod exchange;
 pub mod extract;
 pub mod health;
@@ -55,6 +56,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/admin/keys/rotate"),
     ("get", "/v1/admin/keys"),
     ("get", "/v1/admin/audit/verify"),
+    ("post", "/v1/admin/audit/checkpoints/check"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -86,12 +88,20 @@ pub fn router(app: AppState) -> Router {
         .route("/v1/admin/policy/reload", post(policy::reload))
         .route("/v1/admin/audit", get(audit::list))
         .route("/v1/admin/audit/verify", get(audit::verify))
+        .route(
+            "/v1/admin/audit/checkpoints/check",
+            post(audit::check_checkpoints),
+        )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .route("/v1/openapi.json", get(health::openapi))
         .fallback(middleware::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            edge::guard,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             middleware::request_context,

@@ -1,13 +1,19 @@
 //! Walking the audit chain: finds the first row that was edited, deleted,
-//! reordered or cut off, by recomputing every hash from the genesis value
-//! (the same function as [`super::AuditEvent`] rows were written with).
+//! reordered or cut off, by recomputing every link from the genesis value
+//! (the same function as [`super::AuditEvent`] rows were written with: keyed
+//! rows with the audit key, rows from before the chain was keyed unkeyed).
+//! Unkeyed rows are accepted only as the chain's prefix, up to the row that was
+//! the head when the audit key was created (sealed with the key); any other
+//! unkeyed row is a downgrade. Truncation after the last row cannot be seen from the database
+//! alone: signed checkpoints held by witnesses ([`super::checkpoint`]) are what
+//! prove it.
 //!
 //! Reads in pages so a long log is verified in bounded memory. A clean walk ends
 //! at the head row (`audit_head`), which every writer batch updates in the same
 //! transaction as the rows; a head ahead of the last row means rows were removed
 //! from the end.
 
-use super::{chain_hash, GENESIS_HASH};
+use super::{chain_hash, chain_mac, AuditKey, GENESIS_HASH};
 use crate::store::{col, Store, StoreError};
 use serde::Serialize;
 
@@ -21,7 +27,8 @@ pub struct Problem {
     /// `edited` (the row's content no longer matches its hash — also a row moved
     /// to another position), `deleted` (rows missing before this one), `relinked`
     /// (the row does not follow the previous row's hash), `truncated` (rows removed
-    /// from the end).
+    /// from the end), `downgraded` (an unkeyed row where only keyed rows may
+    /// be), `unknown_key` (a row linked with a key this broker does not hold).
     pub kind: &'static str,
     pub detail: String,
 }
@@ -31,6 +38,11 @@ pub struct Report {
     pub ok: bool,
     pub rows: i64,
     pub head_seq: i64,
+    /// Rows at the start linked without a key (written before the chain was
+    /// keyed): they prove order, not that nobody rewrote them.
+    pub unkeyed_rows: i64,
+    /// The link of the last row walked (what a checkpoint at `head_seq` signs).
+    pub head_hash: String,
     pub first_problem: Option<Problem>,
 }
 
@@ -70,16 +82,18 @@ fn event_of(row: &sqlx::any::AnyRow) -> Result<StoredEvent, StoreError> {
     })
 }
 
-/// Verifies the whole chain.
-pub async fn verify(store: &Store) -> Result<Report, StoreError> {
+/// Verifies the whole chain with `key`, the audit key the broker holds.
+pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError> {
     let mut prev = GENESIS_HASH.to_owned();
     let mut expected = 1i64;
     let mut rows = 0i64;
+    let mut unkeyed_rows = 0i64;
+    let mut keyed_seen = false;
     let mut first_problem = None;
     'pages: loop {
         let q = store.sql(
             "SELECT seq, at_ms, event, actor, decision, reason, run_id, capability_id, user_name, \
-             action, resource, request_id, detail, task_id, prev_hash, hash FROM audit \
+             action, resource, request_id, detail, task_id, prev_hash, hash, key_id FROM audit \
              WHERE seq >= $1 ORDER BY seq LIMIT $2",
         );
         let page = sqlx::query(&q)
@@ -95,7 +109,13 @@ pub async fn verify(store: &Store) -> Result<Report, StoreError> {
             let prev_hash: String = col(row, "prev_hash")?;
             let hash: String = col(row, "hash")?;
             let at_ms: i64 = col(row, "at_ms")?;
-            let recomputed = chain_hash(&prev_hash, seq, at_ms, &event_of(row)?);
+            let key_id: Option<String> = col(row, "key_id")?;
+            let event = event_of(row)?;
+            let recomputed = match &key_id {
+                Some(id) if *id == key.id => Some(chain_mac(key, &prev_hash, seq, at_ms, &event)),
+                Some(_) => None,
+                None => Some(chain_hash(&prev_hash, seq, at_ms, &event)),
+            };
             rows += 1;
             let problem = if seq != expected {
                 Some(Problem {
@@ -103,7 +123,19 @@ pub async fn verify(store: &Store) -> Result<Report, StoreError> {
                     kind: "deleted",
                     detail: format!("rows {expected}..{} are missing", seq - 1),
                 })
-            } else if recomputed != hash {
+            } else if recomputed.is_none() {
+                Some(Problem {
+                    seq,
+                    kind: "unknown_key",
+                    detail: "the row is linked with an audit key this broker does not hold".into(),
+                })
+            } else if key_id.is_none() && (keyed_seen || seq > key.unkeyed_until_seq) {
+                Some(Problem {
+                    seq,
+                    kind: "downgraded",
+                    detail: "an unkeyed row after the chain was keyed".into(),
+                })
+            } else if recomputed.as_deref() != Some(hash.as_str()) {
                 Some(Problem {
                     seq,
                     kind: "edited",
@@ -121,6 +153,11 @@ pub async fn verify(store: &Store) -> Result<Report, StoreError> {
             if let Some(p) = problem {
                 first_problem = Some(p);
                 break 'pages;
+            }
+            if key_id.is_some() {
+                keyed_seen = true;
+            } else {
+                unkeyed_rows += 1;
             }
             prev = hash;
             expected = seq + 1;
@@ -145,6 +182,8 @@ pub async fn verify(store: &Store) -> Result<Report, StoreError> {
         ok: first_problem.is_none(),
         rows,
         head_seq,
+        unkeyed_rows,
+        head_hash: prev,
         first_problem,
     })
 }

@@ -20,7 +20,10 @@ const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
     match command {
-        AuditCommand::Verify { remote } => verify(&remote).await,
+        AuditCommand::Verify {
+            checkpoints,
+            remote,
+        } => verify(&remote, checkpoints.as_deref()).await,
         AuditCommand::Tail {
             run,
             user,
@@ -69,25 +72,121 @@ fn time_arg(flag: &str, text: &str, now_ms: i64) -> anyhow::Result<i64> {
     Ok(now_ms - i64::try_from(age.as_millis()).unwrap_or(i64::MAX / 2))
 }
 
-async fn verify(remote: &Remote) -> anyhow::Result<()> {
-    let v = call(remote, reqwest::Method::GET, "/v1/admin/audit/verify", None).await?;
-    if remote.json {
-        println!("{v}");
-    } else if v["ok"] == true {
-        println!(
-            "audit chain intact: {} rows, head at {}",
-            v["rows"], v["head_seq"]
-        );
-    } else {
-        let p = &v["first_problem"];
-        println!(
-            "audit chain BROKEN at row {}: {} ({})",
+async fn verify(remote: &Remote, checkpoints: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let chain = call(remote, reqwest::Method::GET, "/v1/admin/audit/verify", None).await?;
+    let head = chain["head_seq"].as_i64().unwrap_or(0);
+    let unkeyed = chain["unkeyed_rows"].as_i64().unwrap_or(0);
+    let mut problems: Vec<String> = vec![];
+    if chain["ok"] != true {
+        let p = &chain["first_problem"];
+        problems.push(format!(
+            "row {}: {} ({})",
             p["seq"],
             p["kind"].as_str().unwrap_or(""),
             p["detail"].as_str().unwrap_or("")
-        );
+        ));
     }
-    if v["ok"] != true {
+    let mut checked = 0usize;
+    let mut last_checkpoint: Option<i64> = None;
+    if let Some(path) = checkpoints {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--checkpoints: cannot read {}", path.display()))?;
+        let mut tokens = vec![];
+        for (n, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            match serde_json::from_str::<Value>(line)
+                .ok()
+                .and_then(|v| v["checkpoint"].as_str().map(str::to_owned))
+            {
+                Some(t) => tokens.push(t),
+                None => problems.push(format!(
+                    "{}:{}: not a checkpoint line",
+                    path.display(),
+                    n + 1
+                )),
+            }
+        }
+        for chunk in tokens.chunks(100) {
+            let body = serde_json::json!({ "checkpoints": chunk });
+            let v = call(
+                remote,
+                reqwest::Method::POST,
+                "/v1/admin/audit/checkpoints/check",
+                Some(body),
+            )
+            .await?;
+            for r in v["results"].as_array().cloned().unwrap_or_default() {
+                checked += 1;
+                let seq = r["seq"].as_i64().unwrap_or(0);
+                match r["status"].as_str().unwrap_or("") {
+                    "matches" => last_checkpoint = last_checkpoint.max(Some(seq)),
+                    "missing" => problems.push(format!(
+                        "checkpointed row {seq} is missing (rows were removed)"
+                    )),
+                    "changed" => problems.push(format!("checkpointed row {seq} was changed")),
+                    "bad_signature" => {
+                        problems.push("a checkpoint is not signed by this broker".to_owned())
+                    }
+                    other => problems.push(format!("a checkpoint is {other}")),
+                }
+            }
+        }
+        if checked == 0 && problems.is_empty() {
+            problems.push(format!("{} holds no checkpoint", path.display()));
+        }
+    }
+    let tail = last_checkpoint.map(|l| head - l);
+    let status = match (problems.is_empty(), checkpoints.is_some(), tail) {
+        (false, _, _) => "broken",
+        (true, false, _) => "chain_intact_no_checkpoints",
+        (true, true, Some(0)) => "intact",
+        (true, true, _) => "unverified_tail",
+    };
+    if remote.json {
+        let out = serde_json::json!({
+            "status": status,
+            "chain": chain,
+            "checkpoints_checked": checked,
+            "last_checkpoint_seq": last_checkpoint,
+            "unverified_tail_rows": tail,
+            "problems": problems,
+        });
+        println!("{out}");
+    } else {
+        let unkeyed_note = if unkeyed > 0 {
+            format!(" ({unkeyed} unkeyed rows from before the chain was keyed: they prove order, not authorship)")
+        } else {
+            String::new()
+        };
+        match status {
+            "broken" => {
+                println!("audit log BROKEN:");
+                for p in &problems {
+                    println!("  {p}");
+                }
+            }
+            "chain_intact_no_checkpoints" => println!(
+                "audit chain links verify: {} rows, head at {head}{unkeyed_note}; \
+                 without --checkpoints a truncation of the newest rows cannot be seen",
+                chain["rows"]
+            ),
+            "intact" => println!(
+                "audit log intact: {} rows, head at {head}, {checked} checkpoints match, the last at the head{unkeyed_note}",
+                chain["rows"]
+            ),
+            _ => println!(
+                "audit log verified through checkpoint at row {}: {checked} checkpoints match; \
+                 unverified tail of {} rows ({}..{head}) after the last checkpoint{unkeyed_note}",
+                last_checkpoint.unwrap_or(0),
+                tail.unwrap_or(0),
+                last_checkpoint.unwrap_or(0) + 1
+            ),
+        }
+    }
+    if status == "broken" {
         bail!("the audit log does not verify");
     }
     Ok(())

@@ -201,8 +201,14 @@ pub enum KeysCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Walk the hash chain and report the first edited, deleted or reordered row.
+    /// Walk the chain and report the first edited, deleted or reordered row;
+    /// with --checkpoints, also prove every checkpointed row is still there
+    /// unchanged and name the rows after the last checkpoint as unverified.
     Verify {
+        /// A checkpoint file kept by a witness (one JSON checkpoint per line,
+        /// as `audit.checkpoint_file` writes it).
+        #[arg(long)]
+        checkpoints: Option<std::path::PathBuf>,
         #[command(flatten)]
         remote: Remote,
     },

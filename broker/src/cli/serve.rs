@@ -71,6 +71,23 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Creates an empty file readable only by its owner, unless it exists. SQLite
+/// gives its WAL and shared-memory files the database file's permissions, so
+/// the whole store stays 0600.
+fn create_private_file(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
+    }
+}
+
 fn load_kek(config: &Config) -> anyhow::Result<Kek> {
     if let Some(text) = config::process_env("TESSERA_KEK") {
         return Kek::from_base64(&text).context("TESSERA_KEK");
@@ -144,9 +161,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let config = Config::load(args.config.as_deref(), &overrides, &config::process_env)?;
     init_logging();
+    match crate::server::rlimit::raise_open_files() {
+        Some((before, after)) if after > before => {
+            tracing::info!(
+                before,
+                after,
+                "raised the open-file limit to its hard limit"
+            )
+        }
+        Some((_, after)) => tracing::info!(open_files = after, "open-file limit"),
+        None => tracing::warn!("cannot read the open-file limit"),
+    }
     if config.dev {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    }
+    if let crate::config::StoreUrl::Sqlite(path) = &config.store {
+        create_private_file(path)?;
     }
     let kek = load_kek(&config)?;
     let policy = PolicyEngine::load_dir(&config.policy_dir).map_err(|e| {
@@ -164,6 +195,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(reload_on_sighup(app.clone()));
     let revocation_worker = tokio::spawn(crate::revocation::run(app.clone()));
     tokio::spawn(crate::revocation::heartbeat(app.clone()));
+    let checkpoints = tokio::spawn(crate::audit::checkpoint::run(app.clone()));
     if let Some(every) = app.config.policy_watch_interval {
         tokio::spawn(crate::policy_reload::watch(app.clone(), every));
     }
@@ -172,21 +204,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen: cannot bind {listen}"))?;
     let router = crate::api::router(app.clone());
-    match &app.config.tls {
-        Some(tls) => {
-            let tls_config = crate::server::tls_config(tls)?;
-            tracing::info!(addr = %listener.local_addr()?, store = ?app.config.store, mtls = tls.client_ca_file.is_some(), "tessera listening (TLS)");
-            crate::server::serve_tls(listener, router, tls_config, shutdown_signal()).await?;
-        }
-        None => {
-            tracing::info!(addr = %listener.local_addr()?, store = ?app.config.store, "tessera listening (plain HTTP)");
-            axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown_signal())
-                .await?;
-        }
-    }
+    let tls = match &app.config.tls {
+        Some(tls) => Some(crate::server::tls_config(tls)?),
+        None => None,
+    };
+    tracing::info!(addr = %listener.local_addr()?, store = ?app.config.store, tls = tls.is_some(),
+        mtls = app.config.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()), "tessera listening");
+    crate::server::serve(
+        listener,
+        router,
+        app.config.http.clone(),
+        tls,
+        shutdown_signal(),
+    )
+    .await?;
     // Work claimed by this process is finished or handed back before it exits.
     crate::revocation::stop(&app, revocation_worker, REVOCATION_STOP_GRACE).await;
+    // The last rows get a checkpoint of their own (stop was signalled above).
+    if tokio::time::timeout(Duration::from_secs(5), checkpoints)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the final audit checkpoint did not finish in 5 s");
+    }
     Ok(())
 }
 

@@ -124,3 +124,25 @@ pub async fn rotate(
         .await?;
     Ok((load(store, kek, now).await?, retired))
 }
+
+/// Every signing key this broker ever used (retired ones included) whose row
+/// opens under `kek`, as a key set for verifying what never expires (audit
+/// checkpoints). `active` is the current signing key.
+pub async fn every_key(
+    store: &Store,
+    kek: &Kek,
+    active: Arc<SigningKey>,
+) -> Result<KeySet, KeyStoreError> {
+    let rows = load_all(store).await?;
+    let published = rows
+        .iter()
+        .filter_map(|r| {
+            verified_public(kek, r).map(|public| PublishedKey {
+                kid: r.kid.clone(),
+                public,
+                publish_until: None,
+            })
+        })
+        .collect();
+    Ok(KeySet { active, published })
+}

@@ -24,7 +24,7 @@
 
 use super::capabilities::{apply_issue_segment, IssueCapability, IssueOutcome, IssueSlot};
 use super::{sql_for, Dialect, StoreError};
-use crate::audit::{chain_hash, AuditEvent};
+use crate::audit::{chain_mac, AuditEvent, AuditKey};
 use crate::clock::Clock;
 use sqlx::{AnyConnection, Executor, Row};
 use std::future::Future;
@@ -52,6 +52,7 @@ pub struct WriteCtx<'c> {
     head_hash: String,
     /// Audit rows of this batch, written in bulk just before the commit.
     audit_rows: Vec<AuditRow>,
+    audit_key: Option<Arc<AuditKey>>,
 }
 
 struct AuditRow {
@@ -100,8 +101,12 @@ impl WriteCtx<'_> {
     /// Appends one event to the audit chain, in this transaction (the row is
     /// written with the batch's other audit rows, before the commit).
     pub async fn audit(&mut self, event: &AuditEvent) -> Result<(), sqlx::Error> {
+        // Fail closed: no row without its keyed link.
+        let Some(key) = &self.audit_key else {
+            return Err(sqlx::Error::Protocol("the audit key is not loaded".into()));
+        };
         let seq = self.head_seq + 1;
-        let hash = chain_hash(&self.head_hash, seq, self.now_ms, event);
+        let hash = chain_mac(key, &self.head_hash, seq, self.now_ms, event);
         let prev_hash = std::mem::replace(&mut self.head_hash, hash.clone());
         self.head_seq = seq;
         self.audit_rows.push(AuditRow {
@@ -118,8 +123,8 @@ impl WriteCtx<'_> {
         for chunk in rows.chunks(ROWS_PER_INSERT) {
             let q = format!(
                 "INSERT INTO audit (seq, at_ms, event, actor, decision, reason, run_id, capability_id, \
-                 user_name, action, resource, request_id, detail, task_id, prev_hash, hash) VALUES {}",
-                values_placeholders(self.dialect, chunk.len(), 16)
+                 user_name, action, resource, request_id, detail, task_id, prev_hash, hash, key_id) VALUES {}",
+                values_placeholders(self.dialect, chunk.len(), 17)
             );
             let mut query = sqlx::query(&q);
             for r in chunk {
@@ -140,7 +145,8 @@ impl WriteCtx<'_> {
                     .bind(&e.detail)
                     .bind(&e.task_id)
                     .bind(&r.prev_hash)
-                    .bind(&r.hash);
+                    .bind(&r.hash)
+                    .bind(self.audit_key.as_ref().map(|k| k.id.clone()));
             }
             query.execute(&mut *self.conn).await?;
         }
@@ -255,14 +261,36 @@ pub struct WriterStats {
 pub struct Writer {
     tx: mpsc::Sender<Box<dyn Job>>,
     stats: Arc<WriterStats>,
+    env: Arc<WriterEnv>,
+}
+
+/// What every batch reads besides its ops: the time, and the audit key its
+/// rows are linked with (installed once, before the first audited write).
+pub struct WriterEnv {
+    clock: Clock,
+    audit_key: std::sync::OnceLock<Arc<AuditKey>>,
 }
 
 impl Writer {
     pub fn start(dialect: Dialect, clock: Clock, connect: Connector) -> Writer {
         let (tx, rx) = mpsc::channel(8 * MAX_BATCH);
         let stats = Arc::new(WriterStats::default());
-        tokio::spawn(run(rx, connect, dialect, clock, stats.clone()));
-        Writer { tx, stats }
+        let env = Arc::new(WriterEnv {
+            clock,
+            audit_key: std::sync::OnceLock::new(),
+        });
+        tokio::spawn(run(rx, connect, dialect, env.clone(), stats.clone()));
+        Writer { tx, stats, env }
+    }
+
+    /// Installs the audit key; until then every audited write fails (closed).
+    pub fn install_audit_key(&self, key: Arc<AuditKey>) {
+        let _ = self.env.audit_key.set(key);
+    }
+
+    /// The installed audit key.
+    pub fn audit_key(&self) -> Option<&Arc<AuditKey>> {
+        self.env.audit_key.get()
     }
 
     pub fn stats(&self) -> &WriterStats {
@@ -313,7 +341,7 @@ async fn run(
     mut rx: mpsc::Receiver<Box<dyn Job>>,
     connect: Connector,
     dialect: Dialect,
-    clock: Clock,
+    env: Arc<WriterEnv>,
     stats: Arc<WriterStats>,
 ) {
     let mut conn: Option<AnyConnection> = None;
@@ -336,7 +364,7 @@ async fn run(
                 }
             },
         };
-        conn = commit_batch(c, batch, dialect, &clock, &stats).await;
+        conn = commit_batch(c, batch, dialect, &env, &stats).await;
     }
 }
 
@@ -352,11 +380,11 @@ async fn commit_batch(
     mut conn: AnyConnection,
     mut batch: Vec<Box<dyn Job>>,
     dialect: Dialect,
-    clock: &Clock,
+    env: &WriterEnv,
     stats: &WriterStats,
 ) -> Option<AnyConnection> {
     let n = batch.len() as u64;
-    match attempt(&mut conn, &mut batch, dialect, clock).await {
+    match attempt(&mut conn, &mut batch, dialect, env).await {
         Ok(()) => {
             stats.commits.fetch_add(1, Ordering::Relaxed);
             stats.ops.fetch_add(n, Ordering::Relaxed);
@@ -388,7 +416,7 @@ async fn commit_batch(
             // One op broke the batch: give every op its own transaction.
             for job in batch {
                 let mut single = vec![job];
-                match attempt(&mut conn, &mut single, dialect, clock).await {
+                match attempt(&mut conn, &mut single, dialect, env).await {
                     Ok(()) => {
                         stats.commits.fetch_add(1, Ordering::Relaxed);
                         stats.ops.fetch_add(1, Ordering::Relaxed);
@@ -452,9 +480,9 @@ async fn attempt(
     conn: &mut AnyConnection,
     batch: &mut [Box<dyn Job>],
     dialect: Dialect,
-    clock: &Clock,
+    env: &WriterEnv,
 ) -> Result<(), AttemptError> {
-    let result = tokio::time::timeout(BATCH_TIMEOUT, apply_all(conn, batch, dialect, clock)).await;
+    let result = tokio::time::timeout(BATCH_TIMEOUT, apply_all(conn, batch, dialect, env)).await;
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
@@ -480,7 +508,7 @@ async fn apply_all(
     conn: &mut AnyConnection,
     batch: &mut [Box<dyn Job>],
     dialect: Dialect,
-    clock: &Clock,
+    env: &WriterEnv,
 ) -> Result<(), sqlx::Error> {
     let (begin, head_sql) = match dialect {
         Dialect::Sqlite => (
@@ -500,10 +528,11 @@ async fn apply_all(
     let mut ctx = WriteCtx {
         conn,
         dialect,
-        now_ms: clock.now_ms(),
+        now_ms: env.clock.now_ms(),
         head_seq,
         head_hash,
         audit_rows: Vec::new(),
+        audit_key: env.audit_key.get().cloned(),
     };
     // Everything in one batch was in flight at the same time, so any order is a
     // valid serialisation: first the ops one by one, then all issuances in bulk.

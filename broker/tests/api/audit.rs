@@ -11,6 +11,11 @@ both_stores!(
     a_deleted_row_is_caught,
     swapped_rows_are_caught,
     a_cut_off_tail_is_caught,
+    a_rewritten_chain_is_caught_without_the_kek,
+    a_chain_downgraded_to_unkeyed_links_is_caught,
+    a_row_linked_with_a_foreign_key_is_caught,
+    a_chain_from_before_keying_stays_verifiable_as_unkeyed,
+    truncation_is_named_by_checkpoints,
 );
 
 /// A full flow so the log has a few dozen rows; returns the verification report.
@@ -100,4 +105,253 @@ async fn a_cut_off_tail_is_caught(app: TestApp) {
     let r = report(&app).await;
     assert_eq!(r["first_problem"]["kind"], "truncated", "{r}");
     assert_eq!(r["first_problem"]["seq"], head - 1);
+}
+
+/// What a database owner without the KEK can do: edit a row and recompute
+/// every later link with the unkeyed SHA-256 (the original chain function),
+/// then move the head. Returns the new head hash.
+async fn rewrite_from(app: &TestApp, from_seq: i64, keep_key_id: bool) {
+    exec(
+        app,
+        &format!("UPDATE audit SET actor = 'someone-else' WHERE seq = {from_seq}"),
+    )
+    .await;
+    relink_unkeyed(app, from_seq, keep_key_id).await;
+}
+
+/// Recomputes the links from `from_seq` on with the unkeyed SHA-256.
+async fn relink_unkeyed(app: &TestApp, from_seq: i64, keep_key_id: bool) {
+    use sqlx::Row;
+    use tessera_broker::audit::{chain_hash, AuditEvent};
+    let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
+        .fetch_all(app.state.store.pool())
+        .await
+        .unwrap();
+    let mut prev = tessera_broker::audit::GENESIS_HASH.to_owned();
+    let mut head = 0;
+    for r in &rows {
+        let seq: i64 = r.try_get("seq").unwrap();
+        if seq >= from_seq {
+            let ev = AuditEvent {
+                event: Box::leak(r.try_get::<String, _>("event").unwrap().into_boxed_str()),
+                actor: r.try_get("actor").unwrap(),
+                decision: Box::leak(r.try_get::<String, _>("decision").unwrap().into_boxed_str()),
+                reason: r.try_get("reason").unwrap(),
+                run_id: r.try_get("run_id").unwrap(),
+                capability_id: r.try_get("capability_id").unwrap(),
+                user: r.try_get("user_name").unwrap(),
+                action: r.try_get("action").unwrap(),
+                resource: r.try_get("resource").unwrap(),
+                request_id: r.try_get("request_id").unwrap(),
+                detail: r.try_get("detail").unwrap(),
+                task_id: r.try_get("task_id").unwrap(),
+            };
+            let h = chain_hash(&prev, seq, r.try_get("at_ms").unwrap(), &ev);
+            let key = if keep_key_id { "key_id" } else { "NULL" };
+            let q = app
+                .state
+                .store
+                .sql("UPDATE audit SET prev_hash = $1, hash = $2 WHERE seq = $3");
+            sqlx::query(&q)
+                .bind(&prev)
+                .bind(&h)
+                .bind(seq)
+                .execute(app.state.store.pool())
+                .await
+                .unwrap();
+            exec(
+                app,
+                &format!("UPDATE audit SET key_id = {key} WHERE seq = {seq}"),
+            )
+            .await;
+            prev = h;
+        } else {
+            prev = r.try_get("hash").unwrap();
+        }
+        head = seq;
+    }
+    let q = app
+        .state
+        .store
+        .sql("UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1");
+    sqlx::query(&q)
+        .bind(head)
+        .bind(&prev)
+        .execute(app.state.store.pool())
+        .await
+        .unwrap();
+}
+
+async fn a_rewritten_chain_is_caught_without_the_kek(app: TestApp) {
+    busy(&app).await;
+    let before = report(&app).await;
+    assert_eq!(before["ok"], true, "{before}");
+    assert_eq!(before["unkeyed_rows"], 0, "{before}");
+    // Recomputed links under the row's own key id: they are not its MACs.
+    rewrite_from(&app, 6, true).await;
+    let r = report(&app).await;
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["first_problem"]["kind"], "edited", "{r}");
+    assert_eq!(r["first_problem"]["seq"], 6);
+}
+
+async fn a_chain_downgraded_to_unkeyed_links_is_caught(app: TestApp) {
+    busy(&app).await;
+    // The same rewrite, marking the rows as if written before the chain was keyed.
+    rewrite_from(&app, 6, false).await;
+    let r = report(&app).await;
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["first_problem"]["kind"], "downgraded", "{r}");
+    assert_eq!(r["first_problem"]["seq"], 6);
+    // Even from the first row: every row is newer than the audit key.
+    rewrite_from(&app, 1, false).await;
+    let r = report(&app).await;
+    assert_eq!(r["first_problem"]["kind"], "downgraded", "{r}");
+    assert_eq!(r["first_problem"]["seq"], 1);
+}
+
+async fn a_row_linked_with_a_foreign_key_is_caught(app: TestApp) {
+    busy(&app).await;
+    exec(
+        &app,
+        "UPDATE audit SET key_id = 'ak_attacker' WHERE seq = 3",
+    )
+    .await;
+    let r = report(&app).await;
+    assert_eq!(r["first_problem"]["kind"], "unknown_key", "{r}");
+    assert_eq!(r["first_problem"]["seq"], 3);
+}
+
+async fn checkpoint_jws(app: &TestApp, seq: i64) -> String {
+    let q = app
+        .state
+        .store
+        .sql("SELECT jws FROM audit_checkpoints WHERE seq = $1");
+    sqlx::query_scalar::<_, String>(&q)
+        .bind(seq)
+        .fetch_one(app.state.store.pool())
+        .await
+        .unwrap()
+}
+
+/// Each checkpoint's status as the broker checks it.
+async fn check(app: &TestApp, tokens: &[String]) -> Vec<String> {
+    let resp = app
+        .post(
+            "/v1/admin/audit/checkpoints/check",
+            Some(&app.admin_token),
+            serde_json::json!({ "checkpoints": tokens }),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["status"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Truncation and moving the head back verifies as a shorter chain from the
+/// database alone; the checkpoints a witness holds name it.
+async fn truncation_is_named_by_checkpoints(app: TestApp) {
+    use tessera_broker::audit::checkpoint;
+    busy(&app).await;
+    let first = checkpoint::take(&app.state, true).await.unwrap().unwrap();
+    busy(&app).await;
+    let second = checkpoint::take(&app.state, true).await.unwrap().unwrap();
+    busy(&app).await;
+    let tokens = vec![
+        checkpoint_jws(&app, first).await,
+        checkpoint_jws(&app, second).await,
+    ];
+    assert_eq!(check(&app, &tokens).await, ["matches", "matches"]);
+    let head = report(&app).await["head_seq"].as_i64().unwrap();
+    assert!(head > second);
+
+    // Cut everything after the first checkpoint and move the head back: the
+    // chain alone verifies (a shorter log), the second checkpoint is missing.
+    exec(&app, &format!("DELETE FROM audit WHERE seq > {first}")).await;
+    let q = app.state.store.sql(
+        "UPDATE audit_head SET seq = $1, hash = (SELECT hash FROM audit WHERE seq = $1) WHERE id = 1",
+    );
+    sqlx::query(&q)
+        .bind(first)
+        .execute(app.state.store.pool())
+        .await
+        .unwrap();
+    let r = report(&app).await;
+    assert_eq!(r["ok"], true, "the database alone cannot see it: {r}");
+    assert_eq!(check(&app, &tokens).await, ["matches", "missing"]);
+
+    // A checkpoint signed by anyone else, or edited, is not evidence.
+    // The genuine signature over claims that now name another link.
+    let forged = {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use base64::Engine;
+        let parts: Vec<&str> = tokens[0].split('.').collect();
+        let mut claims: Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+        claims["hash"] = Value::String("0".repeat(64));
+        let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap());
+        format!("{}.{body}.{}", parts[0], parts[2])
+    };
+    let other = tessera_broker::keys::SigningKey::generate().0;
+    let foreign = tessera_broker::keys::jwt::encode(
+        &other,
+        checkpoint::CHECKPOINT_TYP,
+        &checkpoint::CheckpointClaims {
+            iss: app.state.config.issuer.clone(),
+            seq: first,
+            hash: "0".repeat(64),
+            at_ms: 0,
+            iat: 0,
+        },
+    );
+    assert_eq!(
+        check(&app, &[forged, foreign, "x.y.z".into()]).await,
+        ["bad_signature", "bad_signature", "malformed"]
+    );
+    // At most 100 per request.
+    let resp = app
+        .post(
+            "/v1/admin/audit/checkpoints/check",
+            Some(&app.admin_token),
+            serde_json::json!({ "checkpoints": vec!["x"; 101] }),
+        )
+        .await;
+    crate::helpers::assert_error(resp, reqwest::StatusCode::BAD_REQUEST, "invalid_request").await;
+}
+
+/// A database written by a broker from before the keyed chain (every link an
+/// unkeyed SHA-256, no audit key): after the upgrade its rows verify as the
+/// unkeyed prefix, new rows are keyed, and nothing can be appended unkeyed.
+async fn a_chain_from_before_keying_stays_verifiable_as_unkeyed(app: TestApp) {
+    busy(&app).await;
+    relink_unkeyed(&app, 1, false).await;
+    exec(&app, "DELETE FROM audit_keys").await;
+    let old_rows = report(&app).await["head_seq"].as_i64().unwrap();
+    let app = app.restart().await;
+    busy(&app).await;
+    let r = report(&app).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["unkeyed_rows"], old_rows, "{r}");
+    assert!(r["rows"].as_i64().unwrap() > old_rows);
+    // The first keyed row follows the last unkeyed one.
+    let q = app
+        .state
+        .store
+        .sql("SELECT key_id FROM audit WHERE seq = $1");
+    let key: Option<String> = sqlx::query_scalar(&q)
+        .bind(old_rows + 1)
+        .fetch_one(app.state.store.pool())
+        .await
+        .unwrap();
+    assert!(key.is_some());
+    // Rewriting a new row as if it were old is a downgrade.
+    relink_unkeyed(&app, old_rows + 2, false).await;
+    let r = report(&app).await;
+    assert_eq!(r["first_problem"]["kind"], "downgraded", "{r}");
+    assert_eq!(r["first_problem"]["seq"], old_rows + 2);
 }

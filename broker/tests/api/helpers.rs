@@ -343,8 +343,11 @@ impl TestApp {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let router = tessera_broker::api::router(state.clone());
+        let http = state.config.http.clone();
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
+            let _ =
+                tessera_broker::server::serve(listener, router, http, None, std::future::pending())
+                    .await;
         });
         TestApp {
             addr,
@@ -588,6 +591,12 @@ impl TestApp {
     /// it is ready. This app's HTTP helpers keep talking to the in-process
     /// router unless the test points `addr` at the process.
     pub async fn process(&self, env: &[(&str, &str)]) -> ProcessBroker {
+        self.process_with(env, &[]).await
+    }
+
+    /// [`TestApp::process`], started through `wrapper` (e.g. `prlimit --nofile=256:256 --`).
+    /// Ready means listening (plain or TLS) and, for plain HTTP, `/readyz` answering 200.
+    pub async fn process_with(&self, env: &[(&str, &str)], wrapper: &[&str]) -> ProcessBroker {
         let dir = TempDir::new();
         let policy = dir.0.join("policy");
         write_policy_dir(&policy);
@@ -604,7 +613,15 @@ impl TestApp {
             .port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let log = dir.0.join("broker.log");
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
+        let bin = env!("CARGO_BIN_EXE_tessera");
+        let mut cmd = match wrapper.split_first() {
+            None => std::process::Command::new(bin),
+            Some((first, rest)) => {
+                let mut c = std::process::Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+        };
         cmd.args(["serve", "--dev", "--config"])
             .arg(&config)
             .arg("--listen")
@@ -632,14 +649,14 @@ impl TestApp {
             log,
             _dir: dir,
         };
+        let tls = self.extra.config.contains("[tls]");
         for _ in 0..400 {
-            if let Ok(r) = self
-                .client
-                .get(format!("http://{addr}/readyz"))
-                .send()
-                .await
-            {
-                if r.status().is_success() {
+            if broker.log_text().contains("tessera listening") {
+                if tls {
+                    return broker;
+                }
+                let ready = self.client.get(format!("http://{addr}/readyz")).send();
+                if ready.await.is_ok_and(|r| r.status().is_success()) {
                     return broker;
                 }
             }

@@ -154,6 +154,30 @@ async fn hostile_bodies_are_refused_and_nothing_is_stored(app: TestApp) {
         )
         .await;
     }
+    // Attribute values that would reorder or split what a reader sees in
+    // policy context, audit rows and logs: bidi controls, line separators.
+    for value in [
+        "invoice-\u{202E}fdp.exe",
+        "a\u{2028}b",
+        "a\u{2029}b",
+        "\u{2066}x\u{2069}",
+        "a\u{200F}",
+        "a\u{061C}",
+        "zero\u{200B}width",
+        "bom\u{FEFF}",
+    ] {
+        assert_error(
+            app.post(
+                "/v1/runs",
+                Some(&key),
+                json!({ "user": "alice", "task": { "id": "t", "kind": "k", "attributes": { "file": value } } }),
+            )
+            .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_task",
+        )
+        .await;
+    }
     assert_error(
         app.start_run_with(&key, "alice", "summarize", &["Bad Label"])
             .await,

@@ -17,6 +17,7 @@ mod client_db;
 mod crash_revocation;
 mod db_mysql;
 mod db_postgres;
+mod edge;
 mod exchange;
 mod inputs;
 mod keys;

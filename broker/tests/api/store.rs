@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::Row;
 use std::sync::Arc;
-use tessera_broker::audit::{chain_hash, AuditEvent, GENESIS_HASH};
+use tessera_broker::audit::{chain_mac, AuditEvent, GENESIS_HASH};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
@@ -49,8 +49,20 @@ pub async fn verify_audit_chain(app: &TestApp) -> Vec<String> {
         .iter()
         .map(|r| r.try_get::<String, _>("event").unwrap())
         .collect();
+    let key = app
+        .state
+        .store
+        .writer()
+        .audit_key()
+        .expect("audit key")
+        .clone();
     let mut prev = GENESIS_HASH.to_owned();
     for (i, r) in rows.iter().enumerate() {
+        assert_eq!(
+            r.try_get::<Option<String>, _>("key_id").unwrap().as_deref(),
+            Some(key.id.as_str()),
+            "every new row is keyed"
+        );
         let seq: i64 = r.try_get("seq").unwrap();
         assert_eq!(seq, i as i64 + 1);
         assert_eq!(r.try_get::<String, _>("prev_hash").unwrap(), prev);
@@ -68,7 +80,7 @@ pub async fn verify_audit_chain(app: &TestApp) -> Vec<String> {
             detail: r.try_get("detail").unwrap(),
             task_id: r.try_get("task_id").unwrap(),
         };
-        let h = chain_hash(&prev, seq, r.try_get("at_ms").unwrap(), &ev);
+        let h = chain_mac(&key, &prev, seq, r.try_get("at_ms").unwrap(), &ev);
         assert_eq!(r.try_get::<String, _>("hash").unwrap(), h, "row {seq}");
         prev = h;
     }

@@ -14,15 +14,15 @@ use tessera_broker::config::{Config, Overrides};
 use tessera_broker::ids::{new_secret, secret_hash, ADMIN_TOKEN_PREFIX};
 use tessera_broker::keys::Kek;
 
-struct Pki {
-    ca_pem: String,
-    server: (String, String),
+pub(crate) struct Pki {
+    pub(crate) ca_pem: String,
+    pub(crate) server: (String, String),
     client: (String, String),
     other_client: (String, String),
     rogue: (String, String),
 }
 
-fn pki() -> Pki {
+pub(crate) fn pki() -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -102,7 +102,8 @@ async fn tls_with_mtls_for_runtimes() {
         p.display().to_string()
     };
     let toml = format!(
-        "[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nclient_ca_file = \"{}\"\n\n{}",
+        "[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nclient_ca_file = \"{}\"\n\n\
+         [http]\nallowed_hosts = [\"tessera.test\"]\n\n{}",
         write("server.pem", &pki.server.0),
         write("server.key", &pki.server.1),
         write("ca.pem", &pki.ca_pem),
@@ -129,11 +130,12 @@ async fn tls_with_mtls_for_runtimes() {
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = tessera_broker::api::router(app);
-    tokio::spawn(tessera_broker::server::serve_tls(
+    let router = tessera_broker::api::router(app.clone());
+    tokio::spawn(tessera_broker::server::serve(
         listener,
         router,
-        tls,
+        app.config.http.clone(),
+        Some(tls),
         std::future::pending(),
     ));
     let url = |p: &str| format!("https://tessera.test:{}{p}", addr.port());

@@ -16,8 +16,8 @@ use aws_sdk_sts::config::SharedCredentialsProvider;
 use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
 use aws_sigv4::sign::v4;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+
+use std::time::SystemTime;
 
 /// RFC 3986 unreserved characters stay, everything else is encoded (as AWS does).
 const QUERY: &AsciiSet = &NON_ALPHANUMERIC
@@ -43,31 +43,6 @@ fn default_endpoint(partition: &str) -> (&'static str, &'static str) {
     }
 }
 
-/// A reqwest client on rustls with the ring provider and the system's roots.
-fn http_client() -> Result<reqwest::Client, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    let found = rustls_native_certs::load_native_certs();
-    for cert in found.certs {
-        let _ = roots.add(cert);
-    }
-    if roots.is_empty() {
-        tracing::warn!("no system root certificates found: IAM calls over https will fail");
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(Duration::from_secs(15))
-        .build()
-        .map_err(|e| e.to_string())
-}
-
 impl IamClient {
     pub fn new(
         role_arn: &str,
@@ -84,7 +59,7 @@ impl IamClient {
             }
         };
         Ok(IamClient {
-            http: http_client()?,
+            http: crate::http_client::system_roots()?,
             endpoint,
             signing_region,
             credentials,

@@ -1,4 +1,4 @@
-//! Serving the router: plain HTTP, or TLS with rustls (optionally mTLS for runtimes).
+//! The TLS side of the listener: rustls (ring) configuration, optionally mTLS for runtimes.
 //!
 //! With TLS, ALPN offers HTTP/2 and HTTP/1.1. When a client CA is configured, a
 //! client certificate is optional at the TLS layer (tools in sandboxes have none)
@@ -9,20 +9,12 @@
 
 use crate::config::TlsConfig;
 use anyhow::Context;
-use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
-use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::net::TcpListener;
-use tower::ServiceExt;
 
 /// Set on every request of a TLS connection whose client presented a certificate
 /// that chains to the configured client CA.
@@ -31,8 +23,6 @@ pub struct ClientCertificate {
     /// SHA-256 (lowercase hex) of the leaf certificate's DER encoding.
     pub sha256: String,
 }
-
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Makes ring the process-wide rustls provider (the one crypto stack of this
 /// binary); HTTP clients built without an explicit TLS config rely on it.
@@ -92,76 +82,4 @@ pub fn tls_config(tls: &TlsConfig) -> anyhow::Result<ServerConfig> {
         .context("config error: tls.key_file does not match tls.cert_file")?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
-}
-
-/// Serves `router` over TLS until `shutdown` completes.
-pub async fn serve_tls(
-    listener: TcpListener,
-    router: Router,
-    config: ServerConfig,
-    shutdown: impl Future<Output = ()> + Send,
-) -> anyhow::Result<()> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
-            _ = &mut shutdown => break,
-        };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            // rustls only reports peer certificates it verified against the client CA.
-            let verified = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .map(|leaf| ClientCertificate {
-                    sha256: crate::ids::sha256_hex(leaf.as_ref()),
-                });
-            let service =
-                router.map_request(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    if let Some(cert) = &verified {
-                        req.extensions_mut().insert(cert.clone());
-                    }
-                    req
-                });
-            let conn = Builder::new(TokioExecutor::new())
-                .serve_connection_with_upgrades(
-                    TokioIo::new(stream),
-                    TowerToHyperService::new(service),
-                )
-                .into_owned();
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-    tokio::select! {
-        _ = graceful.shutdown() => {},
-        _ = tokio::time::sleep(Duration::from_secs(10)) => {
-            tracing::warn!("connections still open after 10 s; closing them");
-        }
-    }
-    Ok(())
 }

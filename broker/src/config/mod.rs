@@ -6,6 +6,12 @@
 //! from this file: the store URL, KEK and admin token come from the environment or
 //! from files the config points at.
 
+pub mod audit;
+pub mod http;
+
+pub use audit::AuditConfig;
+pub use http::{AllowedHosts, HttpConfig};
+
 use crate::backends::database::Dialect as DbDialect;
 use crate::grammar::{parse_duration, Rate};
 use serde::Deserialize;
@@ -47,6 +53,10 @@ struct RawConfig {
     #[serde(default)]
     limits: RawLimits,
     tls: Option<RawTls>,
+    #[serde(default)]
+    http: http::RawHttp,
+    #[serde(default)]
+    audit: audit::RawAudit,
     #[serde(default)]
     /// Each table is parsed by its `kind` (each kind has its own keys).
     backends: BTreeMap<String, toml::Value>,
@@ -255,6 +265,8 @@ pub struct Config {
     pub admin_token_file: Option<PathBuf>,
     pub limits: Limits,
     pub tls: Option<TlsConfig>,
+    pub http: HttpConfig,
+    pub audit: AuditConfig,
     pub backends: BTreeMap<String, BackendConfig>,
 }
 
@@ -389,6 +401,8 @@ impl Config {
 
         let limits = resolve_limits(&raw.limits)?;
         let tls = resolve_tls(raw.tls, env)?;
+        let http = http::resolve(raw.http, listen)?;
+        let audit = audit::resolve(raw.audit, o.dev, &data_dir)?;
         let mut backends = resolve_backends(raw.backends, env)?;
         for (name, b) in backends.iter_mut() {
             if let BackendConfig::AwsSts(aws) = b {
@@ -423,6 +437,8 @@ impl Config {
             admin_token_file,
             limits,
             tls,
+            http,
+            audit,
             backends,
         })
     }

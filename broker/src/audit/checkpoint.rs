@@ -1,0 +1,365 @@
+//! Signed checkpoints: the audit chain's head, signed with the broker's signing
+//! key and handed to witnesses outside the database.
+//!
+//! Why: a keyed chain stops a database owner without the KEK from editing or
+//! deleting rows in the middle, but not from cutting rows off the end and moving
+//! the head back — the database alone cannot tell a truncated log from a quiet
+//! one. A checkpoint is a statement, signed by the broker and kept where the
+//! database owner cannot reach, that row `seq` existed with link `hash`. Every
+//! `audit.checkpoint_rows` rows or `audit.checkpoint_interval` (whichever comes
+//! first, if rows were added) the broker writes one: to the database (which is
+//! also the durable outbox of the HTTP witness), to an append-only file, to
+//! standard output, and POSTs it to a witness URL until that answers 2xx.
+//! `tessera audit verify --checkpoints FILE` then proves the database still
+//! holds every checkpointed row unchanged and names the rows after the last
+//! checkpoint as an unverified tail.
+
+use crate::app::App;
+use crate::clock::rfc3339_ms;
+use crate::keys::{jwt, KeySet};
+use crate::store::writer::{BoxFuture, WriteCtx, WriteOp};
+use crate::store::{col, StoreError};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The JWS `typ` of a checkpoint.
+pub const CHECKPOINT_TYP: &str = "tsr-audit-checkpoint+jwt";
+/// Checkpoints delivered per witness pass.
+const WITNESS_BATCH: i64 = 100;
+
+/// What a checkpoint signs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CheckpointClaims {
+    pub iss: String,
+    pub seq: i64,
+    pub hash: String,
+    /// The checkpointed row's own time.
+    pub at_ms: i64,
+    /// When the checkpoint was signed (Unix seconds).
+    pub iat: i64,
+}
+
+/// One line of the checkpoint file, one standard-output line, one witness POST body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WitnessRecord {
+    pub seq: i64,
+    pub hash: String,
+    pub at: String,
+    pub checkpoint: String,
+}
+
+/// Records a checkpoint (once per sequence number, whichever replica signs it).
+struct InsertCheckpoint {
+    claims: CheckpointClaims,
+    jws: String,
+}
+
+impl WriteOp for InsertCheckpoint {
+    type Output = bool;
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<bool, sqlx::Error>> {
+        Box::pin(async move {
+            let q = ctx.sql(
+                "INSERT INTO audit_checkpoints (seq, hash, at_ms, jws, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (seq) DO NOTHING",
+            );
+            let n = sqlx::query(&q)
+                .bind(self.claims.seq)
+                .bind(&self.claims.hash)
+                .bind(self.claims.at_ms)
+                .bind(&self.jws)
+                .bind(self.claims.iat)
+                .execute(&mut *ctx.conn)
+                .await?
+                .rows_affected();
+            Ok(n == 1)
+        })
+    }
+}
+
+/// The outcome of one witness delivery.
+struct WitnessOutcome {
+    seq: i64,
+    error: Option<String>,
+    retry_at: i64,
+}
+
+impl WriteOp for WitnessOutcome {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let now = ctx.now();
+            let q = match self.error {
+                None => ctx.sql(
+                    "UPDATE audit_checkpoints SET witness_done_at = $1, witness_error = NULL, \
+                     witness_attempts = witness_attempts + 1 WHERE seq = $2",
+                ),
+                Some(_) => ctx.sql(
+                    "UPDATE audit_checkpoints SET witness_next_at = $1, witness_error = $3, \
+                     witness_attempts = witness_attempts + 1 WHERE seq = $2",
+                ),
+            };
+            let query = sqlx::query(&q)
+                .bind(if self.error.is_none() {
+                    now
+                } else {
+                    self.retry_at
+                })
+                .bind(self.seq);
+            let query = match &self.error {
+                Some(e) => query.bind(e),
+                None => query,
+            };
+            query.execute(&mut *ctx.conn).await?;
+            Ok(())
+        })
+    }
+}
+
+/// Takes a checkpoint of the head if one is due (or at once with `force`).
+/// Returns the sequence number checkpointed.
+pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
+    let store = &app.store;
+    let head = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1")
+        .fetch_one(store.pool())
+        .await?;
+    let head_seq: i64 = col(&head, "seq")?;
+    let head_hash: String = col(&head, "hash")?;
+    if head_seq == 0 {
+        return Ok(None);
+    }
+    let now = app.clock.now();
+    let last =
+        sqlx::query("SELECT seq, created_at FROM audit_checkpoints ORDER BY seq DESC LIMIT 1")
+            .fetch_optional(store.pool())
+            .await?;
+    let (last_seq, last_at) = match &last {
+        Some(r) => (col::<i64>(r, "seq")?, col::<i64>(r, "created_at")?),
+        None => (0, app.started_at),
+    };
+    let cfg = &app.config.audit;
+    let due = head_seq > last_seq
+        && (force
+            || head_seq - last_seq >= cfg.checkpoint_rows
+            || now - last_at >= cfg.checkpoint_interval.as_secs() as i64);
+    if !due {
+        return Ok(None);
+    }
+    let q = store.sql("SELECT at_ms, hash FROM audit WHERE seq = $1");
+    let Some(row) = sqlx::query(&q)
+        .bind(head_seq)
+        .fetch_optional(store.pool())
+        .await?
+    else {
+        tracing::error!(
+            seq = head_seq,
+            "the audit head names a row that does not exist; no checkpoint"
+        );
+        return Ok(None);
+    };
+    let row_hash: String = col(&row, "hash")?;
+    if row_hash != head_hash {
+        tracing::error!(
+            seq = head_seq,
+            "the audit head does not match its row; no checkpoint"
+        );
+        return Ok(None);
+    }
+    let claims = CheckpointClaims {
+        iss: app.config.issuer.clone(),
+        seq: head_seq,
+        hash: head_hash,
+        at_ms: col(&row, "at_ms")?,
+        iat: now,
+    };
+    let jws = jwt::encode(&app.keys.snapshot().active, CHECKPOINT_TYP, &claims);
+    let fresh = store
+        .writer()
+        .submit(InsertCheckpoint {
+            claims: claims.clone(),
+            jws: jws.clone(),
+        })
+        .await?;
+    if !fresh {
+        return Ok(None);
+    }
+    let record = WitnessRecord {
+        seq: claims.seq,
+        hash: claims.hash.clone(),
+        at: rfc3339_ms(claims.at_ms),
+        checkpoint: jws,
+    };
+    let line = serde_json::to_string(&record).unwrap_or_default();
+    if let Some(path) = &cfg.checkpoint_file {
+        if let Err(e) = append_line(path, &line) {
+            tracing::error!(path = %path.display(), error = %e, "cannot append the audit checkpoint to its file");
+        }
+    }
+    if cfg.checkpoint_stdout {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+    tracing::info!(seq = claims.seq, "audit checkpoint signed");
+    Ok(Some(claims.seq))
+}
+
+/// Appends `line` and syncs it, creating the file (mode 0600) if needed.
+fn append_line(path: &std::path::Path, line: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(line.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_data()
+}
+
+/// Sends undelivered checkpoints to the witness URL; returns how many it accepted.
+pub async fn deliver(app: &App, client: &reqwest::Client) -> Result<usize, StoreError> {
+    let Some(url) = &app.config.audit.witness_url else {
+        return Ok(0);
+    };
+    let now = app.clock.now();
+    let q = app.store.sql(
+        "SELECT seq, hash, at_ms, jws, witness_attempts FROM audit_checkpoints \
+         WHERE witness_done_at IS NULL AND witness_next_at <= $1 ORDER BY seq LIMIT $2",
+    );
+    let rows = sqlx::query(&q)
+        .bind(now)
+        .bind(WITNESS_BATCH)
+        .fetch_all(app.store.pool())
+        .await?;
+    let mut delivered = 0;
+    for row in &rows {
+        let seq: i64 = col(row, "seq")?;
+        let attempts: i64 = col(row, "witness_attempts")?;
+        let record = WitnessRecord {
+            seq,
+            hash: col(row, "hash")?,
+            at: rfc3339_ms(col(row, "at_ms")?),
+            checkpoint: col(row, "jws")?,
+        };
+        let error = match client.post(url).json(&record).send().await {
+            Ok(r) if r.status().is_success() => None,
+            Ok(r) => Some(format!("witness answered {}", r.status().as_u16())),
+            Err(e) => Some(format!("witness unreachable: {}", without_url(&e))),
+        };
+        if let Some(e) = &error {
+            tracing::warn!(seq, error = %e, "audit witness delivery failed; will retry");
+        } else {
+            delivered += 1;
+        }
+        let retry_at = now + crate::revocation::backoff_secs(attempts + 1);
+        app.store
+            .writer()
+            .submit(WitnessOutcome {
+                seq,
+                error,
+                retry_at,
+            })
+            .await?;
+    }
+    Ok(delivered)
+}
+
+/// A reqwest error without the URL (which may carry credentials).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut e = e.to_string();
+    if let Some(i) = e.find(" for url") {
+        e.truncate(i);
+    }
+    e.chars().take(200).collect()
+}
+
+/// Runs until the broker stops: checks every second whether a checkpoint is
+/// due, and delivers to the witness. A last checkpoint is taken on stop.
+pub async fn run(app: Arc<App>) {
+    let client = match crate::http_client::system_roots() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the witness HTTP client");
+            return;
+        }
+    };
+    let mut stopping = app.stopping.subscribe();
+    loop {
+        let stop = tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+            r = stopping.wait_for(|s| *s) => r.is_ok(),
+        };
+        if stop {
+            if let Err(e) = take(&app, true).await {
+                tracing::warn!(error = %e, "final audit checkpoint failed");
+            }
+            let _ = deliver(&app, &client).await;
+            return;
+        }
+        if let Err(e) = take(&app, false).await {
+            tracing::warn!(error = %e, "audit checkpoint failed; will retry");
+        }
+        if let Err(e) = deliver(&app, &client).await {
+            tracing::warn!(error = %e, "audit witness pass failed; will retry");
+        }
+    }
+}
+
+/// What a checkpoint from a witness says about the database now.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointCheck {
+    /// The sequence number it names (0 if unreadable).
+    pub seq: i64,
+    /// `matches` (the row is there with that link), `changed` (the row's link
+    /// differs), `missing` (the row is gone: truncated or deleted),
+    /// `bad_signature` (not signed by any key of this broker), `malformed`.
+    pub status: &'static str,
+}
+
+/// Checks each checkpoint (compact JWS) against the store, with every key
+/// this broker ever signed with (`keys`, retired ones included).
+pub async fn check(
+    app: &App,
+    keys: &KeySet,
+    checkpoints: &[String],
+) -> Result<Vec<CheckpointCheck>, StoreError> {
+    let mut out = Vec::with_capacity(checkpoints.len());
+    for jws in checkpoints {
+        // Checkpoints never expire: verify as of the key's creation, not now.
+        let verified = jwt::verify::<CheckpointClaims>(jws, CHECKPOINT_TYP, keys, 0);
+        let claims = match verified {
+            Ok((c, _)) if c.iss == app.config.issuer => c,
+            Ok(_) | Err(jwt::JwtError::Signature | jwt::JwtError::UnknownKey) => {
+                out.push(CheckpointCheck {
+                    seq: 0,
+                    status: "bad_signature",
+                });
+                continue;
+            }
+            Err(_) => {
+                out.push(CheckpointCheck {
+                    seq: 0,
+                    status: "malformed",
+                });
+                continue;
+            }
+        };
+        let q = app.store.sql("SELECT hash FROM audit WHERE seq = $1");
+        let row = sqlx::query(&q)
+            .bind(claims.seq)
+            .fetch_optional(app.store.pool())
+            .await?;
+        let status = match row {
+            None => "missing",
+            Some(r) if col::<String>(&r, "hash")? == claims.hash => "matches",
+            Some(_) => "changed",
+        };
+        out.push(CheckpointCheck {
+            seq: claims.seq,
+            status,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,256 @@
+//! Serving the router on one listener, plain HTTP or TLS, with a bounded edge.
+//!
+//! Both listeners share one accept loop and one per-connection driver, so every
+//! bound holds on both: at most `http.max_connections` connections (beyond it a
+//! new one gets a 503 on plain HTTP, or is closed, without taking a task), a
+//! TLS handshake and an HTTP/1 request head must each complete within
+//! `http.header_read_timeout`, a connection
+//! that moves no byte for `http.idle_timeout` is closed, and h2c is off unless
+//! configured. What a request may do once its head is in (its size, its host,
+//! its duration) is checked by the router ([`crate::api::edge`]).
+//!
+//! With TLS, ALPN offers HTTP/2 and HTTP/1.1. When a client CA is configured, a
+//! client certificate is optional at the TLS layer (tools in sandboxes have none)
+//! but, when presented, must chain to that CA; the verified fact is attached to
+//! every request of the connection as [`ClientCertificate`].
+
+mod activity;
+pub mod rlimit;
+mod tls;
+
+pub use tls::{
+    install_crypto_provider, read_certificates, read_roots, tls_config, ClientCertificate,
+};
+
+use crate::config::HttpConfig;
+use activity::{LastActivity, Tracked};
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use rustls::ServerConfig;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tower::ServiceExt;
+
+/// Set on every request: the address the connection arrived on (the `Host`
+/// allow-list compares against its port).
+#[derive(Debug, Clone, Copy)]
+pub struct LocalAddr(pub SocketAddr);
+
+/// How long open connections get to finish when the server stops.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a graceful close was asked, how long a connection may linger.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Descriptors kept for everything but client connections (store and backend
+/// pools, files, the listener) when the cap is derived from the limit.
+const RESERVED_FDS: u64 = 128;
+
+/// The answer to a connection beyond the cap, written without a task.
+const FULL_RESPONSE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 96\r\n\r\n\
+{\"error\":{\"code\":\"too_many_connections\",\"message\":\"the broker is at its connection limit\"}}\n";
+
+/// The connection cap in force: the configured one, or what the descriptor
+/// limit leaves after [`RESERVED_FDS`].
+pub fn connection_cap(http: &HttpConfig) -> usize {
+    match http.max_connections {
+        Some(n) => n as usize,
+        None => {
+            let soft = rlimit::open_files().unwrap_or(1024);
+            soft.saturating_sub(RESERVED_FDS).clamp(16, 1_000_000) as usize
+        }
+    }
+}
+
+/// Serves `router` on `listener` (over TLS when `tls` is set) until `shutdown`
+/// completes; then lets open connections finish for a bounded time.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    http: HttpConfig,
+    tls: Option<ServerConfig>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let local = listener.local_addr()?;
+    let cap = connection_cap(&http);
+    let slots = Arc::new(Semaphore::new(cap));
+    let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let http = Arc::new(http);
+    let mut warned_full: Option<Instant> = None;
+    let mut warned_accept: Option<Instant> = None;
+    tracing::info!(%local, max_connections = cap, header_read_timeout = ?http.header_read_timeout,
+        idle_timeout = ?http.idle_timeout, request_timeout = ?http.request_timeout,
+        allowed_hosts = ?http.allowed_hosts, "HTTP edge");
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE/ENFILE: retrying at once would spin; the cap should
+                    // keep this from happening, so say so when it does.
+                    if throttle(&mut warned_accept) {
+                        tracing::warn!(error = %e, "accept failed (out of file descriptors?)");
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if throttle(&mut warned_full) {
+                tracing::warn!(
+                    max_connections = cap,
+                    "connection limit reached; refusing new connections"
+                );
+            }
+            if acceptor.is_none() {
+                let _ = tcp.try_write(FULL_RESPONSE);
+            }
+            drop(tcp);
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let router = router.clone();
+        let http = http.clone();
+        let stop = stop_rx.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            match acceptor {
+                None => drive(tcp, None, router, local, &http, stop, peer).await,
+                Some(acceptor) => {
+                    // The handshake is part of the request head: same deadline.
+                    let stream =
+                        match tokio::time::timeout(http.header_read_timeout, acceptor.accept(tcp))
+                            .await
+                        {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                    // rustls only reports peer certificates it verified against the client CA.
+                    let verified = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|leaf| ClientCertificate {
+                            sha256: crate::ids::sha256_hex(leaf.as_ref()),
+                        });
+                    drive(stream, Some(verified), router, local, &http, stop, peer).await
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    // Every connection holds a slot until it is gone.
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, slots.acquire_many(cap as u32)).await;
+    if drained.is_err() {
+        tracing::warn!(timeout = ?DRAIN_TIMEOUT, "connections still open at shutdown; closing them");
+    }
+    Ok(())
+}
+
+/// True at most once per 10 s (for warnings a flood would repeat).
+fn throttle(last: &mut Option<Instant>) -> bool {
+    let now = Instant::now();
+    if last.is_some_and(|t| now.duration_since(t) < Duration::from_secs(10)) {
+        return false;
+    }
+    *last = Some(now);
+    true
+}
+
+/// Serves one connection: `tls` is `None` for plain HTTP, `Some(cert)` for TLS.
+async fn drive<I>(
+    io: I,
+    tls: Option<Option<ClientCertificate>>,
+    router: Router,
+    local: SocketAddr,
+    http: &HttpConfig,
+    mut stop: watch::Receiver<bool>,
+    peer: SocketAddr,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let plain = tls.is_none();
+    let cert = tls.flatten();
+    let service = router.map_request(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(LocalAddr(local));
+        if let Some(cert) = &cert {
+            req.extensions_mut().insert(cert.clone());
+        }
+        req
+    });
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(http.header_read_timeout)
+        .max_buf_size(64 * 1024);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(64)
+        .max_header_list_size(32 * 1024)
+        .keep_alive_interval(Some(Duration::from_secs(20)))
+        .keep_alive_timeout(Duration::from_secs(10));
+    if plain && !http.h2c {
+        builder = builder.http1_only();
+    }
+    let activity = LastActivity::new();
+    let io = TokioIo::new(Tracked::new(io, activity.clone()));
+    let conn = builder.serve_connection(io, TowerToHyperService::new(service));
+    tokio::pin!(conn);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut closing: Option<Instant> = None;
+    // A server stop lets requests in progress finish (the drain deadline of
+    // `serve` bounds it); an idle close gives the connection CLOSE_GRACE.
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = stop.wait_for(|s| *s), if !draining => {
+                draining = true;
+                if closing.is_none() {
+                    conn.as_mut().graceful_shutdown();
+                    closing = Some(Instant::now());
+                }
+            }
+            _ = tick.tick() => match closing {
+                Some(since) if since.elapsed() > CLOSE_GRACE && !draining => {
+                    tracing::debug!(%peer, "idle connection did not close; dropping it");
+                    return;
+                }
+                Some(_) => {}
+                None if activity.quiet_for() >= http.idle_timeout => {
+                    tracing::debug!(%peer, "closing an idle connection");
+                    conn.as_mut().graceful_shutdown();
+                    closing = Some(Instant::now());
+                }
+                None => {}
+            }
+        }
+    }
+}
