@@ -10,11 +10,12 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::server::LocalAddr;
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 pub async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let h1 = req.version() <= axum::http::Version::HTTP_11;
     let http = &app.config.http;
     let local = req
         .extensions()
@@ -33,31 +34,47 @@ pub async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Res
         })
         .unwrap_or_default();
     if !http.allowed_hosts.allows(&host, local) {
-        return ApiError::new(
+        let refused = ApiError::new(
             StatusCode::MISDIRECTED_REQUEST,
             "host_not_allowed",
             "this broker does not answer for that Host (see http.allowed_hosts)",
-        )
-        .into_response();
+        );
+        return closing(refused, h1);
     }
     if let Some(len) = req.headers().get(header::CONTENT_LENGTH) {
         let declared = len.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok());
         match declared {
-            Some(n) if n > MAX_BODY_BYTES as u64 => return body_too_large().into_response(),
+            Some(n) if n > MAX_BODY_BYTES as u64 => return closing(body_too_large(), h1),
             Some(_) => {}
             None => {
-                return ApiError::bad_request("invalid_request", "Content-Length is not a number")
-                    .into_response()
+                let bad =
+                    ApiError::bad_request("invalid_request", "Content-Length is not a number");
+                return closing(bad, h1);
             }
         }
     }
     match tokio::time::timeout(http.request_timeout, next.run(req)).await {
         Ok(resp) => resp,
-        Err(_) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "request_timeout",
-            "the request took longer than the broker allows",
-        )
-        .into_response(),
+        Err(_) => {
+            let late = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "request_timeout",
+                "the request took longer than the broker allows",
+            );
+            closing(late, h1)
+        }
     }
+}
+
+/// A refusal sent before the body was read (or while it still arrives) ends
+/// an HTTP/1 connection: the unread body would otherwise be parsed as the next
+/// request, and a client reusing the connection would see it cut mid-request.
+/// (HTTP/2 resets the stream instead; `Connection` is not allowed there.)
+fn closing(error: ApiError, h1: bool) -> Response {
+    let mut resp = error.into_response();
+    if h1 {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }

@@ -52,7 +52,7 @@ pub async fn request_context(
         let headers = resp.headers().clone();
         resp = (e.status, axum::Json(body)).into_response();
         for (name, value) in headers.iter() {
-            if name == axum::http::header::RETRY_AFTER {
+            if name == axum::http::header::RETRY_AFTER || name == axum::http::header::CONNECTION {
                 resp.headers_mut().insert(name, value.clone());
             }
         }

@@ -80,7 +80,7 @@ pub fn check_run(run: &RunFields<'_>) -> Result<(), Refused> {
         return Err(refused(
             "task.attributes",
             "invalid_task",
-            "task.attributes: at most 32, keys 1-64 of [A-Za-z0-9._-], values at most 256 bytes without control characters",
+            "task.attributes: at most 32, keys 1-64 of [A-Za-z0-9._-], values at most 256 bytes without control, bidirectional-control, line-separator or invisible characters",
         ));
     }
     if run.labels.len() > MAX_LABELS || !run.labels.iter().all(|l| names::is_kind_or_label(l)) {

@@ -209,8 +209,9 @@ async fn drive<I>(
         .timer(TokioTimer::new())
         .max_concurrent_streams(64)
         .max_header_list_size(32 * 1024)
-        .keep_alive_interval(Some(Duration::from_secs(20)))
-        .keep_alive_timeout(Duration::from_secs(10));
+        // No server pings: a client's pong would count as activity and keep
+        // an idle connection (and its slot) forever; idle_timeout ends it.
+        .keep_alive_interval(None);
     if plain && !http.h2c {
         builder = builder.http1_only();
     }

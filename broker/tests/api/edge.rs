@@ -224,6 +224,11 @@ async fn a_declared_body_above_the_cap_is_413_before_any_byte_is_read() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(!answer.contains("100 Continue"), "{answer}");
     assert!(answer.contains("\"code\":\"body_too_large\""), "{answer}");
+    // The unread body ends the connection (it must not be parsed as a request).
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
     assert_eq!(app.count("runs").await, 0);
     // A Content-Length that is not a number is refused as such.
     let head = format!(
