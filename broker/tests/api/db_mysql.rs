@@ -432,3 +432,68 @@ async fn my_least_privileged_broker_account_suffices() {
         .unwrap();
     fx.cleanup().await;
 }
+
+/// `_` and `%` in a database-level grant are wildcards on MariaDB: a grant on
+/// `a_b`.* must not open `aXb` (issue 13, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_database_grant_does_not_match_similar_names() {
+    let fx = MyFixture::new().await;
+    let p = &fx.prefix;
+    let granted = format!("{p}_main");
+    let sibling = format!("{p}Xmain");
+    let percent = format!("{p}_m%");
+    for sql in [
+        format!("CREATE DATABASE `{granted}`"),
+        format!("CREATE TABLE `{granted}`.t (v text)"),
+        format!("INSERT INTO `{granted}`.t VALUES ('ok')"),
+        format!("CREATE DATABASE `{sibling}`"),
+        format!("CREATE TABLE `{sibling}`.secrets (v text)"),
+        format!("INSERT INTO `{sibling}`.secrets VALUES ('leak')"),
+    ] {
+        sqlx::raw_sql(&sql).execute(&fx.admin).await.unwrap();
+    }
+    // The backend grants on the one database its URL names, as deployed.
+    let backends = DbBackends {
+        mysql: mysql_url().replace("/test", &format!("/{granted}")),
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (_key, _run, token) = app.run_for("frank").await;
+    // `%` is not a database name the grammar accepts at all.
+    let resp = app
+        .capability(&token, "select", &format!("my-test:{percent}.*"))
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let cap = app
+        .capability_ok(&token, "select", &format!("my-test:{granted}.*"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let dsn = v["dsn"].as_str().unwrap().to_owned();
+    let mut conn = MySqlConnection::connect(&dsn).await.unwrap();
+    assert_eq!(
+        select(&mut conn, &format!("`{granted}`.t")).await.unwrap(),
+        1
+    );
+    let leak = select(&mut conn, &format!("`{sibling}`.secrets")).await;
+    assert!(
+        leak.as_ref().is_err_and(|e| e
+            .as_database_error()
+            .and_then(|d| d.try_downcast_ref::<MySqlDatabaseError>())
+            .is_some_and(|m| DENIED.contains(&m.number()))),
+        "the grant on {granted}.* opened {sibling}: {leak:?}"
+    );
+    let listed: Vec<String> = sqlx::query_scalar("SHOW DATABASES")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert!(!listed.contains(&sibling), "{listed:?}");
+    assert!(listed.contains(&granted), "{listed:?}");
+    drop(conn);
+    for db in [&granted, &sibling] {
+        sqlx::raw_sql(&format!("DROP DATABASE `{db}`"))
+            .execute(&fx.admin)
+            .await
+            .unwrap();
+    }
+    fx.cleanup().await;
+}

@@ -101,6 +101,10 @@ when { resource.kind == "postgres" || resource.kind == "mysql" };
 permit (principal == Tessera::User::"erin", action == Tessera::Action::"select", resource)
 when { resource.kind == "postgres" && resource.path like "postgres.tsr_t_*.\*" };
 
+@id("db-frank-mysql-databases") @ttl("10m") @uses("5")
+permit (principal == Tessera::User::"frank", action == Tessera::Action::"select", resource)
+when { resource.kind == "mysql" && resource.path like "tsr_t_*.\*" };
+
 @id("db-ursula-scale") @ttl("1h") @uses("10000")
 permit (principal == Tessera::User::"ursula", action == Tessera::Action::"select", resource)
 when { resource.backend == "pg-test" };

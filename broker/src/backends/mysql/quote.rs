@@ -18,6 +18,22 @@ pub fn ident(name: &str) -> Result<String, Unquotable> {
     Ok(format!("`{}`", name.replace('`', "``")))
 }
 
+/// A database name as the `db` of a database-level grant (`` GRANT … ON `db`.* ``):
+/// there `_` and `%` are wildcards, so a grant on `a_b`.* would also open
+/// `aXb`. Each is escaped as `\_` / `\%` inside the backticks — the grant
+/// tables' own escape, which `NO_BACKSLASH_ESCAPES` does not change (it
+/// governs string literals, not identifiers). Any other backslash is refused.
+pub fn grant_database(name: &str) -> Result<String, Unquotable> {
+    if name.is_empty() || name.contains(['\0', '\\']) {
+        return Err(Unquotable);
+    }
+    let escaped = name
+        .replace('`', "``")
+        .replace('_', "\\_")
+        .replace('%', "\\%");
+    Ok(format!("`{escaped}`"))
+}
+
 /// `'value'`, with `'` doubled.
 pub fn literal(value: &str) -> Result<String, Unquotable> {
     if value.contains(['\0', '\\']) {
@@ -44,5 +60,8 @@ mod tests {
         assert_eq!(literal("a\\"), Err(Unquotable));
         assert_eq!(literal("a\0"), Err(Unquotable));
         assert_eq!(account("tsr_x").unwrap(), "'tsr_x'@'%'");
+        assert_eq!(grant_database("rt_my_main").unwrap(), "`rt\\_my\\_main`");
+        assert_eq!(grant_database("a%b").unwrap(), "`a\\%b`");
+        assert_eq!(grant_database("a\\_b"), Err(Unquotable));
     }
 }

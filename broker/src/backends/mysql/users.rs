@@ -19,7 +19,7 @@
 //! which removes their grants too. Every step tolerates users that are already
 //! gone, so removal is idempotent.
 
-use super::quote::{account, ident, literal, Unquotable};
+use super::quote::{account, grant_database, ident, literal, Unquotable};
 use crate::backends::database::{is_user_name, DbPath, Privilege, Table};
 use crate::backends::BackendError;
 use sqlx::{MySqlPool, Row};
@@ -37,9 +37,11 @@ pub fn create_sql(
     privilege: Privilege,
 ) -> Result<[String; 2], Unquotable> {
     let acct = account(user)?;
-    let table = match &path.table {
-        Table::Named(t) => ident(t)?,
-        Table::All => "*".to_owned(),
+    // A table-level grant names its database literally; a database-level one
+    // matches it as a pattern, so its wildcards are escaped.
+    let (database, table) = match &path.table {
+        Table::Named(t) => (ident(&path.database)?, ident(t)?),
+        Table::All => (grant_database(&path.database)?, "*".to_owned()),
     };
     Ok([
         format!(
@@ -47,9 +49,8 @@ pub fn create_sql(
             literal(password_hash)?
         ),
         format!(
-            "GRANT {} ON {}.{table} TO {acct}",
+            "GRANT {} ON {database}.{table} TO {acct}",
             privilege.sql(),
-            ident(&path.database)?
         ),
     ])
 }
@@ -135,5 +136,11 @@ mod tests {
         let all = parse_path(Dialect::Mysql, "shop.*", true).unwrap();
         let [_, grant] = create_sql("tsr_u", "*ABC", 2, &all, Privilege::Select).unwrap();
         assert_eq!(grant, "GRANT SELECT ON `shop`.* TO 'tsr_u'@'%'");
+        let underscored = parse_path(Dialect::Mysql, "rt_my_main.*", true).unwrap();
+        let [_, grant] = create_sql("tsr_u", "*ABC", 2, &underscored, Privilege::Select).unwrap();
+        assert_eq!(grant, "GRANT SELECT ON `rt\\_my\\_main`.* TO 'tsr_u'@'%'");
+        let table = parse_path(Dialect::Mysql, "rt_my_main.t_1", true).unwrap();
+        let [_, grant] = create_sql("tsr_u", "*ABC", 2, &table, Privilege::Select).unwrap();
+        assert_eq!(grant, "GRANT SELECT ON `rt_my_main`.`t_1` TO 'tsr_u'@'%'");
     }
 }
