@@ -48,6 +48,9 @@ pub struct App {
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// When this process started (Unix seconds).
     pub started_at: i64,
+    /// The highest audit row this process has checkpointed.
+    pub last_checkpoint: std::sync::atomic::AtomicI64,
+    witness: std::sync::OnceLock<Option<reqwest::Client>>,
 }
 
 impl App {
@@ -108,6 +111,8 @@ impl App {
             admin_token_hash,
             metrics: Metrics::new(),
             started_at: clock.now(),
+            last_checkpoint: std::sync::atomic::AtomicI64::new(0),
+            witness: std::sync::OnceLock::new(),
             clock,
             runs: RunCache::new(RUN_CACHE_MAX),
             held: HeldCache::new(HELD_CACHE_MAX),
@@ -124,6 +129,20 @@ impl App {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
         }
+    }
+
+    /// The HTTP client for the audit witness, if one is configured (built once).
+    pub fn witness_client(&self) -> Option<&reqwest::Client> {
+        self.witness
+            .get_or_init(|| {
+                self.config.audit.witness_url.as_ref()?;
+                crate::http_client::system_roots()
+                    .map_err(
+                        |e| tracing::error!(error = %e, "cannot build the witness HTTP client"),
+                    )
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// Swaps in a new, already validated policy set atomically.

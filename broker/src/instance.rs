@@ -13,8 +13,11 @@ use crate::store::instances::InstanceRow;
 
 /// How often a live instance renews its heartbeat and its claims.
 pub const HEARTBEAT_SECS: i64 = 2;
-/// A heartbeat older than this means the instance is gone.
-pub const STALE_AFTER_SECS: i64 = 10;
+/// A heartbeat older than this means the instance is gone. Longer than the
+/// claim lease, so a slow heartbeat (a busy writer, a paused VM, some clock
+/// skew between replicas) costs a claim at most, never a live instance's
+/// standing; the lease is what bounds a takeover from another machine.
+pub const STALE_AFTER_SECS: i64 = 30;
 /// How long a claim holds without renewal (a claimant that stops renewing,
 /// e.g. cut off from the store, loses its claims after this).
 pub const CLAIM_LEASE_SECS: i64 = 15;
@@ -51,11 +54,18 @@ impl Instance {
         if row.stopped_at.is_some() || row.heartbeat_at + STALE_AFTER_SECS <= now {
             return true;
         }
-        // Same machine and pid namespace: the process table is the truth.
-        !self.machine.is_empty()
-            && row.machine == self.machine
-            && !row.pid_start.is_empty()
-            && process_start(row.pid).as_deref() != Some(row.pid_start.as_str())
+        // Same machine and pid namespace: the process table is the truth —
+        // where it can be read. No such process: gone. A process whose start
+        // time differs: the pid was reused, gone. Unreadable (`hidepid`,
+        // another user): unknown, so the heartbeat decides.
+        if self.machine.is_empty() || row.machine != self.machine || row.pid_start.is_empty() {
+            return false;
+        }
+        match process_exists(row.pid) {
+            Some(false) => true,
+            Some(true) => process_start(row.pid).is_some_and(|start| start != row.pid_start),
+            None => false,
+        }
     }
 }
 
@@ -76,6 +86,18 @@ fn machine_identity() -> String {
         return String::new();
     }
     format!("{host} {boot} {pidns}")
+}
+
+/// Whether a process `pid` exists (`kill(pid, 0)`: ESRCH means no, EPERM
+/// means it exists but is not ours); `None` if that cannot be told.
+fn process_exists(pid: i64) -> Option<bool> {
+    use nix::errno::Errno;
+    let pid = i32::try_from(pid).ok().filter(|p| *p > 0)?;
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) | Err(Errno::EPERM) => Some(true),
+        Err(Errno::ESRCH) => Some(false),
+        Err(_) => None,
+    }
 }
 
 /// Field 22 of `/proc/<pid>/stat` (after the parenthesised command name, which
@@ -131,6 +153,10 @@ mod tests {
         let mut gone = row_of(&other, 100);
         gone.pid = pid;
         assert!(me.sees_dead(&gone, 100));
+        // A pid that cannot be a process is not taken as proof of anything.
+        let mut nonsense = row_of(&other, 100);
+        nonsense.pid = -1;
+        assert!(!me.sees_dead(&nonsense, 100));
         // Another machine: only the heartbeat tells.
         let mut remote = row_of(&other, 100);
         remote.machine = "elsewhere".into();

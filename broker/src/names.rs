@@ -48,13 +48,23 @@ pub fn is_attribute_value(s: &str) -> bool {
 /// bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E,
 /// U+2066-U+2069: `invoice-\u{202E}fdp.exe` reads as `invoice-exe.pdf`), line
 /// and paragraph separators (U+2028, U+2029: a forged log line), and invisible
-/// joiners (U+200B-U+200D, U+2060, U+FEFF: two values that look equal). They
+/// characters (zero-width joiners, BOM, variation selectors, tag characters
+/// U+E0000-U+E007F: two values that look equal, or text only a model sees). They
 /// are refused rather than escaped so that the stored value, the policy's view
 /// of it and every rendering of it are the same string.
 pub fn is_deceptive(c: char) -> bool {
     matches!(c,
-        '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2028}' | '\u{2029}'
-        | '\u{2060}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+        // Bidirectional controls.
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        // Line and paragraph separators.
+        | '\u{2028}' | '\u{2029}'
+        // Invisible: soft hyphen, Mongolian vowel separator, zero-width and
+        // word joiners, invisible operators, deprecated format controls,
+        // interlinear annotations, BOM, variation selectors, tag characters
+        // (invisible text a model would read).
+        | '\u{00AD}' | '\u{180E}' | '\u{200B}'..='\u{200D}' | '\u{2060}'..='\u{2064}'
+        | '\u{206A}'..='\u{206F}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E007F}' | '\u{E0100}'..='\u{E01EF}')
 }
 
 /// A comma-separated list of globs (`*` matches any run of characters).
@@ -138,6 +148,8 @@ mod tests {
         assert!(!is_attribute_value("a\u{7}b"));
         assert!(!is_attribute_value("invoice-\u{202E}fdp.exe"));
         assert!(!is_attribute_value("line\u{2028}break"));
+        assert!(!is_attribute_value("tag\u{E0041}\u{E0042}"));
+        assert!(!is_attribute_value("soft\u{00AD}hyphen"));
         assert!(is_attribute_value("Résumé – 東京 / مرحبا"));
     }
 

@@ -84,7 +84,10 @@ pub async fn run_once(app: &App) -> Result<usize, StoreError> {
         let count = results.len();
         app.store
             .writer()
-            .submit(FinishRevocations { results })
+            .submit(FinishRevocations {
+                instance_id: app.instance.id.clone(),
+                results,
+            })
             .await?;
         tracing::debug!(jobs = count, ?claimed, ?settled, finished = ?started.elapsed(), "revocation pass");
         if !full {
@@ -97,11 +100,11 @@ pub async fn run_once(app: &App) -> Result<usize, StoreError> {
 /// or a process on this machine that no longer runs), so they are due now.
 async fn take_over_dead(app: &App) -> Result<(), StoreError> {
     let now = app.clock.now();
-    let dead: Vec<String> = instances::claimants(&app.store, &app.instance.id)
+    let dead: Vec<(String, Option<i64>)> = instances::claimants(&app.store, &app.instance.id)
         .await?
         .into_iter()
         .filter(|(_, row)| row.as_ref().is_none_or(|r| app.instance.sees_dead(r, now)))
-        .map(|(id, _)| id)
+        .map(|(id, row)| (id, row.map(|r| r.heartbeat_at)))
         .collect();
     if dead.is_empty() {
         return Ok(());
@@ -114,7 +117,10 @@ async fn take_over_dead(app: &App) -> Result<(), StoreError> {
             stop: false,
         })
         .await?;
-    tracing::info!(instances = ?dead, released, "took over revocations claimed by instances that are gone");
+    if released > 0 {
+        let ids: Vec<&str> = dead.iter().map(|(id, _)| id.as_str()).collect();
+        tracing::info!(instances = ?ids, released, "took over revocations claimed by instances that are gone");
+    }
     Ok(())
 }
 
@@ -202,7 +208,12 @@ pub async fn run(app: Arc<App>) {
 /// Stops the worker: waits up to `grace` for a pass in progress to finish,
 /// then releases every claim this instance still holds and marks it stopped,
 /// so the next start (or another replica) takes the work at once.
-pub async fn stop(app: &App, worker: tokio::task::JoinHandle<()>, grace: Duration) {
+pub async fn stop(
+    app: &App,
+    worker: tokio::task::JoinHandle<()>,
+    heartbeat: tokio::task::JoinHandle<()>,
+    grace: Duration,
+) {
     let _ = app.stopping.send(true);
     let abort = worker.abort_handle();
     if tokio::time::timeout(grace, worker).await.is_err() {
@@ -212,11 +223,13 @@ pub async fn stop(app: &App, worker: tokio::task::JoinHandle<()>, grace: Duratio
             "revocation pass still running at shutdown; releasing its claims"
         );
     }
+    // The heartbeat kept the claims of the pass in progress alive until here.
+    heartbeat.abort();
     match app
         .store
         .writer()
         .submit(ReleaseClaims {
-            instances: vec![app.instance.id.clone()],
+            instances: vec![(app.instance.id.clone(), None)],
             stop: true,
         })
         .await
@@ -232,16 +245,14 @@ pub async fn stop(app: &App, worker: tokio::task::JoinHandle<()>, grace: Duratio
     }
 }
 
-/// Keeps this instance's row and claims alive until the broker stops.
+/// Keeps this instance's row and claims alive until [`stop`] ends it (after
+/// the worker's last pass, so a pass finishing in its grace period keeps
+/// its claims).
 pub async fn heartbeat(app: Arc<App>) {
     let mut tick =
         tokio::time::interval(Duration::from_secs(crate::instance::HEARTBEAT_SECS as u64));
-    let mut stopping = app.stopping.subscribe();
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stopping.wait_for(|s| *s) => return,
-        }
+        tick.tick().await;
         let beat = instances::Heartbeat {
             instance_id: app.instance.id.clone(),
         };

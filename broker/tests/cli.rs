@@ -814,6 +814,23 @@ async fn checkpoints_reach_their_witnesses_and_prove_a_truncation() {
         "{text}"
     );
     assert!(!text.contains("BROKEN"), "{text}");
+    // A tail longer than the operator allows is a failure.
+    let strict = cli(
+        &broker,
+        &[
+            "audit",
+            "verify",
+            "--checkpoints",
+            ckpt.to_str().unwrap(),
+            "--max-tail",
+            "0",
+        ],
+    );
+    let strict_text = String::from_utf8_lossy(&strict.stdout).into_owned();
+    if strict_text.contains("unverified tail") || !strict.status.success() {
+        assert!(!strict.status.success(), "{strict_text}");
+        assert!(strict_text.contains("--max-tail 0"), "{strict_text}");
+    }
 
     // Stopped; then the database owner cuts every row after the first
     // checkpoint and moves the head back.

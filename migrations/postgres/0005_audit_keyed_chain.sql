@@ -17,6 +17,15 @@ CREATE TABLE audit_keys (
     unkeyed_until_seq BIGINT NOT NULL
 );
 
+-- The head when this migration ran: the rows an unkeyed (older) broker wrote.
+-- An audit key created later may let only these pass as unkeyed; a broker
+-- that finds keyed rows but no key refuses to start instead of making one.
+CREATE TABLE audit_unkeyed_prefix (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    until_seq BIGINT NOT NULL
+);
+INSERT INTO audit_unkeyed_prefix (id, until_seq) SELECT 1, seq FROM audit_head WHERE id = 1;
+
 -- Signed checkpoints of the chain head, handed to witnesses outside the
 -- database; the witness_* columns are the durable outbox of the HTTP witness.
 CREATE TABLE audit_checkpoints (

@@ -19,6 +19,7 @@ use crate::clock::rfc3339_ms;
 use crate::keys::{jwt, KeySet};
 use crate::store::writer::{BoxFuture, WriteCtx, WriteOp};
 use crate::store::{col, StoreError};
+use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::sync::Arc;
@@ -39,6 +40,10 @@ pub struct CheckpointClaims {
     pub at_ms: i64,
     /// When the checkpoint was signed (Unix seconds).
     pub iat: i64,
+    /// The audit key the chain is linked with, and the unkeyed prefix it
+    /// allows: a witness sees a key being replaced.
+    pub audit_key: String,
+    pub unkeyed_until_seq: i64,
 }
 
 /// One line of the checkpoint file, one standard-output line, one witness POST body.
@@ -119,6 +124,13 @@ impl WriteOp for WitnessOutcome {
 
 /// Takes a checkpoint of the head if one is due (or at once with `force`).
 /// Returns the sequence number checkpointed.
+///
+/// The store is not trusted for the decision: the last checkpoint counts only
+/// if it names a row at or below the head and its signature verifies (a row
+/// planted far ahead would otherwise stop checkpoints for good); a head below
+/// what this process has seen committed is an alarm, never signed; and the
+/// file, standard output and witness get every checkpoint this process signs,
+/// whatever the store's copy says.
 pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
     let store = &app.store;
     let head = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1")
@@ -126,18 +138,40 @@ pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
         .await?;
     let head_seq: i64 = col(&head, "seq")?;
     let head_hash: String = col(&head, "hash")?;
+    if head_seq < store.writer().audit_high_water() {
+        tracing::error!(
+            head_seq,
+            committed = store.writer().audit_high_water(),
+            "the audit head moved back: rows were removed from the audit table; no checkpoint"
+        );
+        return Ok(None);
+    }
     if head_seq == 0 {
         return Ok(None);
     }
     let now = app.clock.now();
-    let last =
-        sqlx::query("SELECT seq, created_at FROM audit_checkpoints ORDER BY seq DESC LIMIT 1")
-            .fetch_optional(store.pool())
-            .await?;
-    let (last_seq, last_at) = match &last {
-        Some(r) => (col::<i64>(r, "seq")?, col::<i64>(r, "created_at")?),
-        None => (0, app.started_at),
-    };
+    let keys = app.keys.snapshot();
+    let q = store.sql(
+        "SELECT seq, created_at, jws FROM audit_checkpoints WHERE seq <= $1 ORDER BY seq DESC LIMIT 1",
+    );
+    let last = sqlx::query(&q)
+        .bind(head_seq)
+        .fetch_optional(store.pool())
+        .await?;
+    let mut last_seq = app
+        .last_checkpoint
+        .load(std::sync::atomic::Ordering::Acquire);
+    let mut last_at = app.started_at;
+    if let Some(r) = &last {
+        let jws: String = col(r, "jws")?;
+        let seq: i64 = col(r, "seq")?;
+        let genuine = jwt::verify::<CheckpointClaims>(&jws, CHECKPOINT_TYP, &keys, 0)
+            .is_ok_and(|(c, _)| c.seq == seq);
+        if genuine && seq >= last_seq {
+            last_seq = seq;
+            last_at = col(r, "created_at")?;
+        }
+    }
     let cfg = &app.config.audit;
     let due = head_seq > last_seq
         && (force
@@ -166,14 +200,19 @@ pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
         );
         return Ok(None);
     }
+    let Some(key) = store.writer().audit_key() else {
+        return Ok(None);
+    };
     let claims = CheckpointClaims {
         iss: app.config.issuer.clone(),
         seq: head_seq,
         hash: head_hash,
         at_ms: col(&row, "at_ms")?,
         iat: now,
+        audit_key: key.id.clone(),
+        unkeyed_until_seq: key.unkeyed_until_seq,
     };
-    let jws = jwt::encode(&app.keys.snapshot().active, CHECKPOINT_TYP, &claims);
+    let jws = jwt::encode(&keys.active, CHECKPOINT_TYP, &claims);
     let fresh = store
         .writer()
         .submit(InsertCheckpoint {
@@ -182,8 +221,21 @@ pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
         })
         .await?;
     if !fresh {
-        return Ok(None);
+        // Another replica signed this head already — or someone planted a row.
+        let q = store.sql("SELECT hash FROM audit_checkpoints WHERE seq = $1");
+        let stored: Option<String> = sqlx::query_scalar(&q)
+            .bind(claims.seq)
+            .fetch_optional(store.pool())
+            .await?;
+        if stored.as_deref() != Some(claims.hash.as_str()) {
+            tracing::error!(
+                seq = claims.seq,
+                "the store holds a checkpoint row for this head with another link"
+            );
+        }
     }
+    app.last_checkpoint
+        .fetch_max(claims.seq, std::sync::atomic::Ordering::AcqRel);
     let record = WitnessRecord {
         seq: claims.seq,
         hash: claims.hash.clone(),
@@ -201,8 +253,29 @@ pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
     }
+    // The witness gets it now, from this process; the store's outbox only
+    // carries the retries.
+    if let (Some(url), Some(client)) = (cfg.witness_url.as_ref(), app.witness_client()) {
+        if post(client, url.expose_secret(), &record).await.is_none() {
+            let done = WitnessOutcome {
+                seq: record.seq,
+                error: None,
+                retry_at: now,
+            };
+            store.writer().submit(done).await?;
+        }
+    }
     tracing::info!(seq = claims.seq, "audit checkpoint signed");
     Ok(Some(claims.seq))
+}
+
+/// POSTs `record`; `None` on a 2xx, else what went wrong (never the URL).
+async fn post(client: &reqwest::Client, url: &str, record: &WitnessRecord) -> Option<String> {
+    match client.post(url).json(record).send().await {
+        Ok(r) if r.status().is_success() => None,
+        Ok(r) => Some(format!("witness answered {}", r.status().as_u16())),
+        Err(e) => Some(format!("witness unreachable: {}", without_url(&e))),
+    }
 }
 
 /// Appends `line` and syncs it, creating the file (mode 0600) if needed.
@@ -218,7 +291,9 @@ fn append_line(path: &std::path::Path, line: &str) -> std::io::Result<()> {
     f.sync_data()
 }
 
-/// Sends undelivered checkpoints to the witness URL; returns how many it accepted.
+/// Sends undelivered checkpoints to the witness URL, oldest first, stopping at
+/// the first failure (a witness that is down is tried again later, not once
+/// per checkpoint); returns how many it accepted.
 pub async fn deliver(app: &App, client: &reqwest::Client) -> Result<usize, StoreError> {
     let Some(url) = &app.config.audit.witness_url else {
         return Ok(0);
@@ -243,11 +318,8 @@ pub async fn deliver(app: &App, client: &reqwest::Client) -> Result<usize, Store
             at: rfc3339_ms(col(row, "at_ms")?),
             checkpoint: col(row, "jws")?,
         };
-        let error = match client.post(url).json(&record).send().await {
-            Ok(r) if r.status().is_success() => None,
-            Ok(r) => Some(format!("witness answered {}", r.status().as_u16())),
-            Err(e) => Some(format!("witness unreachable: {}", without_url(&e))),
-        };
+        let error = post(client, url.expose_secret(), &record).await;
+        let failed = error.is_some();
         if let Some(e) = &error {
             tracing::warn!(seq, error = %e, "audit witness delivery failed; will retry");
         } else {
@@ -262,6 +334,9 @@ pub async fn deliver(app: &App, client: &reqwest::Client) -> Result<usize, Store
                 retry_at,
             })
             .await?;
+        if failed {
+            break;
+        }
     }
     Ok(delivered)
 }
@@ -276,32 +351,39 @@ fn without_url(e: &reqwest::Error) -> String {
 }
 
 /// Runs until the broker stops: checks every second whether a checkpoint is
-/// due, and delivers to the witness. A last checkpoint is taken on stop.
+/// due. A last checkpoint is taken on stop.
 pub async fn run(app: Arc<App>) {
-    let client = match crate::http_client::system_roots() {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot build the witness HTTP client");
-            return;
-        }
-    };
     let mut stopping = app.stopping.subscribe();
     loop {
         let stop = tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => false,
             r = stopping.wait_for(|s| *s) => r.is_ok(),
         };
+        let taken = tokio::time::timeout(Duration::from_secs(20), take(&app, stop)).await;
+        match taken {
+            Ok(Err(e)) => tracing::warn!(error = %e, "audit checkpoint failed; will retry"),
+            Err(_) => tracing::warn!("audit checkpoint timed out; will retry"),
+            Ok(Ok(_)) => {}
+        }
         if stop {
-            if let Err(e) = take(&app, true).await {
-                tracing::warn!(error = %e, "final audit checkpoint failed");
-            }
-            let _ = deliver(&app, &client).await;
             return;
         }
-        if let Err(e) = take(&app, false).await {
-            tracing::warn!(error = %e, "audit checkpoint failed; will retry");
+    }
+}
+
+/// Retries witness deliveries from the store's outbox, apart from signing, so
+/// a witness that hangs never delays a checkpoint.
+pub async fn run_witness(app: Arc<App>) {
+    let Some(client) = app.witness_client() else {
+        return;
+    };
+    let mut stopping = app.stopping.subscribe();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stopping.wait_for(|s| *s) => return,
         }
-        if let Err(e) = deliver(&app, &client).await {
+        if let Err(e) = deliver(&app, client).await {
             tracing::warn!(error = %e, "audit witness pass failed; will retry");
         }
     }

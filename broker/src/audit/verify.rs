@@ -84,6 +84,14 @@ fn event_of(row: &sqlx::any::AnyRow) -> Result<StoredEvent, StoreError> {
 
 /// Verifies the whole chain with `key`, the audit key the broker holds.
 pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError> {
+    // The head first, then the rows up to it: rows committed during the walk
+    // are after the head read and not part of this verification (reading the
+    // head last would take a commit during the walk for a truncation).
+    let head = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1")
+        .fetch_one(store.pool())
+        .await?;
+    let head_seq: i64 = col(&head, "seq")?;
+    let head_hash: String = col(&head, "hash")?;
     let mut prev = GENESIS_HASH.to_owned();
     let mut expected = 1i64;
     let mut rows = 0i64;
@@ -94,11 +102,12 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
         let q = store.sql(
             "SELECT seq, at_ms, event, actor, decision, reason, run_id, capability_id, user_name, \
              action, resource, request_id, detail, task_id, prev_hash, hash, key_id FROM audit \
-             WHERE seq >= $1 ORDER BY seq LIMIT $2",
+             WHERE seq >= $1 AND seq <= $3 ORDER BY seq LIMIT $2",
         );
         let page = sqlx::query(&q)
             .bind(expected)
             .bind(PAGE)
+            .bind(head_seq)
             .fetch_all(store.pool())
             .await?;
         if page.is_empty() {
@@ -163,11 +172,6 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
             expected = seq + 1;
         }
     }
-    let head = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1")
-        .fetch_one(store.pool())
-        .await?;
-    let head_seq: i64 = col(&head, "seq")?;
-    let head_hash: String = col(&head, "hash")?;
     if first_problem.is_none() && (head_seq != expected - 1 || head_hash != prev) {
         first_problem = Some(Problem {
             seq: expected,

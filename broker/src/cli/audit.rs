@@ -22,8 +22,9 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
     match command {
         AuditCommand::Verify {
             checkpoints,
+            max_tail,
             remote,
-        } => verify(&remote, checkpoints.as_deref()).await,
+        } => verify(&remote, checkpoints.as_deref(), max_tail).await,
         AuditCommand::Tail {
             run,
             user,
@@ -72,7 +73,11 @@ fn time_arg(flag: &str, text: &str, now_ms: i64) -> anyhow::Result<i64> {
     Ok(now_ms - i64::try_from(age.as_millis()).unwrap_or(i64::MAX / 2))
 }
 
-async fn verify(remote: &Remote, checkpoints: Option<&std::path::Path>) -> anyhow::Result<()> {
+async fn verify(
+    remote: &Remote,
+    checkpoints: Option<&std::path::Path>,
+    max_tail: Option<i64>,
+) -> anyhow::Result<()> {
     let chain = call(remote, reqwest::Method::GET, "/v1/admin/audit/verify", None).await?;
     let head = chain["head_seq"].as_i64().unwrap_or(0);
     let unkeyed = chain["unkeyed_rows"].as_i64().unwrap_or(0);
@@ -139,6 +144,13 @@ async fn verify(remote: &Remote, checkpoints: Option<&std::path::Path>) -> anyho
         }
     }
     let tail = last_checkpoint.map(|l| head - l);
+    if let (Some(max), Some(t)) = (max_tail, tail) {
+        if t > max {
+            problems.push(format!(
+                "{t} rows follow the last checkpoint, more than --max-tail {max}: checkpoints stopped or were lost"
+            ));
+        }
+    }
     let status = match (problems.is_empty(), checkpoints.is_some(), tail) {
         (false, _, _) => "broken",
         (true, false, _) => "chain_intact_no_checkpoints",

@@ -209,6 +209,11 @@ pub enum AuditCommand {
         /// as `audit.checkpoint_file` writes it).
         #[arg(long)]
         checkpoints: Option<std::path::PathBuf>,
+        /// With --checkpoints: fail when more rows than this follow the last
+        /// checkpoint (e.g. twice `audit.checkpoint_rows`): a long unverified
+        /// tail means checkpoints stopped, or the witness lost some.
+        #[arg(long, requires = "checkpoints")]
+        max_tail: Option<i64>,
         #[command(flatten)]
         remote: Remote,
     },

@@ -83,7 +83,22 @@ fn create_private_file(path: &Path) -> anyhow::Result<()> {
         .open(path)
     {
         Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // A store created by an older version (or by hand) may be
+            // readable by others: tighten it and its journal files.
+            use std::os::unix::fs::PermissionsExt;
+            for suffix in ["", "-wal", "-shm"] {
+                let file = std::path::PathBuf::from(format!("{}{suffix}", path.display()));
+                if let Ok(meta) = std::fs::metadata(&file) {
+                    if meta.permissions().mode() & 0o077 != 0 {
+                        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                            .with_context(|| format!("making {} private", file.display()))?;
+                        tracing::warn!(file = %file.display(), "store file was readable by others; now 0600");
+                    }
+                }
+            }
+            Ok(())
+        }
         Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
     }
 }
@@ -194,8 +209,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ));
     tokio::spawn(reload_on_sighup(app.clone()));
     let revocation_worker = tokio::spawn(crate::revocation::run(app.clone()));
-    tokio::spawn(crate::revocation::heartbeat(app.clone()));
+    let heartbeat = tokio::spawn(crate::revocation::heartbeat(app.clone()));
     let checkpoints = tokio::spawn(crate::audit::checkpoint::run(app.clone()));
+    tokio::spawn(crate::audit::checkpoint::run_witness(app.clone()));
     if let Some(every) = app.config.policy_watch_interval {
         tokio::spawn(crate::policy_reload::watch(app.clone(), every));
     }
@@ -219,7 +235,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )
     .await?;
     // Work claimed by this process is finished or handed back before it exits.
-    crate::revocation::stop(&app, revocation_worker, REVOCATION_STOP_GRACE).await;
+    crate::revocation::stop(&app, revocation_worker, heartbeat, REVOCATION_STOP_GRACE).await;
     // The last rows get a checkpoint of their own (stop was signalled above).
     if tokio::time::timeout(Duration::from_secs(5), checkpoints)
         .await

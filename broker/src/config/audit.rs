@@ -26,8 +26,9 @@ pub struct AuditConfig {
     /// Print each checkpoint as one JSON line on standard output (for a log
     /// collector or syslog to keep).
     pub checkpoint_stdout: bool,
-    /// POSTed each checkpoint as JSON, retried from a durable outbox until it answers 2xx.
-    pub witness_url: Option<String>,
+    /// POSTed each checkpoint as JSON, retried from a durable outbox until it
+    /// answers 2xx. Secret: it may carry credentials (never logged, redacted in `Debug`).
+    pub witness_url: Option<secrecy::SecretString>,
 }
 
 pub(super) fn resolve(
@@ -54,11 +55,22 @@ pub(super) fn resolve(
         ));
     }
     if let Some(url) = &raw.witness_url {
-        let ok = url.starts_with("https://") || url.starts_with("http://");
-        if !ok || url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        let malformed =
+            url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control());
+        // Plain http only to this machine: a checkpoint on the wire in clear
+        // could be dropped or replaced by anyone on the path.
+        let loopback = [
+            "http://127.",
+            "http://localhost:",
+            "http://localhost/",
+            "http://[::1]",
+        ]
+        .iter()
+        .any(|p| url.starts_with(p));
+        if malformed || !(url.starts_with("https://") || loopback) {
             return Err(err(
                 "audit.witness_url",
-                "must be an http:// or https:// URL",
+                "must be an https:// URL (http:// only to a loopback address)",
             ));
         }
     }
@@ -70,6 +82,6 @@ pub(super) fn resolve(
         checkpoint_interval,
         checkpoint_file,
         checkpoint_stdout: raw.checkpoint_stdout.unwrap_or(false),
-        witness_url: raw.witness_url,
+        witness_url: raw.witness_url.map(secrecy::SecretString::from),
     })
 }

@@ -49,6 +49,9 @@ pub struct HttpConfig {
     /// Whether the plain listener speaks HTTP/2 without TLS (h2c).
     pub h2c: bool,
     pub allowed_hosts: AllowedHosts,
+    /// Descriptors the store and backend pools may hold (not a setting:
+    /// derived from their sizes), kept out of the derived connection cap.
+    pub reserved_fds: u64,
 }
 
 impl Default for HttpConfig {
@@ -60,6 +63,7 @@ impl Default for HttpConfig {
             max_connections: None,
             h2c: false,
             allowed_hosts: AllowedHosts::Any,
+            reserved_fds: 0,
         }
     }
 }
@@ -150,6 +154,7 @@ pub(super) fn resolve(raw: RawHttp, listen: SocketAddr) -> Result<HttpConfig, Co
         max_connections: raw.max_connections,
         h2c: raw.h2c.unwrap_or(false),
         allowed_hosts,
+        reserved_fds: 0,
     })
 }
 

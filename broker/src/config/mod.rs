@@ -401,7 +401,7 @@ impl Config {
 
         let limits = resolve_limits(&raw.limits)?;
         let tls = resolve_tls(raw.tls, env)?;
-        let http = http::resolve(raw.http, listen)?;
+        let mut http = http::resolve(raw.http, listen)?;
         let audit = audit::resolve(raw.audit, o.dev, &data_dir)?;
         let mut backends = resolve_backends(raw.backends, env)?;
         for (name, b) in backends.iter_mut() {
@@ -413,6 +413,17 @@ impl Config {
                 )?;
             }
         }
+        // The pools' descriptors are kept out of the connection cap.
+        http.reserved_fds = u64::from(max_connections)
+            + backends
+                .values()
+                .map(|b| match b {
+                    BackendConfig::Postgres(db) | BackendConfig::Mysql(db) => {
+                        u64::from(db.max_connections)
+                    }
+                    _ => 0,
+                })
+                .sum::<u64>();
         if o.dev && backends.is_empty() {
             // `--dev` ships one backend so the walk-through works without a config file.
             backends.insert(

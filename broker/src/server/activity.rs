@@ -1,102 +1,118 @@
-//! An I/O wrapper that remembers when a connection last moved a byte, so the
-//! server can close connections that hold a descriptor and do nothing.
+//! What a connection is doing, in requests rather than bytes, so the server can
+//! close connections that hold a slot and ask for nothing.
+//!
+//! Why requests: a peer can keep bytes moving without ever asking for
+//! anything (HTTP/2 PINGs or WINDOW_UPDATEs every few seconds), so "no byte
+//! for a while" would let it hold its slot forever. A connection counts as
+//! idle when no request is in flight and none started or ended for the idle
+//! timeout, whatever frames move meanwhile.
 
-use std::io;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use std::time::{Duration, Instant};
 
-/// When the wrapped connection last read or wrote (milliseconds since `epoch`).
 #[derive(Clone)]
-pub struct LastActivity {
+pub struct RequestActivity(Arc<Inner>);
+
+struct Inner {
     epoch: Instant,
-    ms: Arc<AtomicU64>,
+    /// Milliseconds since `epoch` when a request last started or ended.
+    last_ms: AtomicU64,
+    in_flight: AtomicU64,
+    started: AtomicU64,
 }
 
-impl LastActivity {
-    pub fn new() -> LastActivity {
-        LastActivity {
+impl RequestActivity {
+    pub fn new() -> RequestActivity {
+        RequestActivity(Arc::new(Inner {
             epoch: Instant::now(),
-            ms: Arc::new(AtomicU64::new(0)),
-        }
+            last_ms: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+        }))
     }
 
     fn touch(&self) {
-        let now = self.epoch.elapsed().as_millis() as u64;
-        self.ms.store(now, Ordering::Relaxed);
+        let now = self.0.epoch.elapsed().as_millis() as u64;
+        self.0.last_ms.store(now, Ordering::Relaxed);
     }
 
-    /// How long the connection has been quiet.
-    pub fn quiet_for(&self) -> std::time::Duration {
-        let last = self.ms.load(Ordering::Relaxed);
-        let now = self.epoch.elapsed().as_millis() as u64;
-        std::time::Duration::from_millis(now.saturating_sub(last))
+    /// Whether the connection has asked for anything yet.
+    pub fn any_request(&self) -> bool {
+        self.0.started.load(Ordering::Relaxed) > 0
     }
-}
 
-pub struct Tracked<T> {
-    inner: T,
-    activity: LastActivity,
-}
-
-impl<T> Tracked<T> {
-    pub fn new(inner: T, activity: LastActivity) -> Tracked<T> {
-        Tracked { inner, activity }
+    /// How long the connection has been open.
+    pub fn age(&self) -> Duration {
+        self.0.epoch.elapsed()
     }
-}
 
-impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.touch();
+    /// How long no request has been in flight (zero while one is).
+    pub fn idle_for(&self) -> Duration {
+        if self.0.in_flight.load(Ordering::Acquire) > 0 {
+            return Duration::ZERO;
         }
-        r
+        let last = self.0.last_ms.load(Ordering::Relaxed);
+        let now = self.0.epoch.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(last))
+    }
+
+    fn enter(&self) -> InFlight {
+        self.0.started.fetch_add(1, Ordering::Relaxed);
+        self.0.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+        InFlight(self.clone())
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        r
+/// One request in flight; ends when dropped (answered or abandoned).
+struct InFlight(RequestActivity);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0 .0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A service that reports each request it handles to a [`RequestActivity`].
+#[derive(Clone)]
+pub struct Counted<S> {
+    inner: S,
+    activity: RequestActivity,
+}
+
+impl<S> Counted<S> {
+    pub fn new(inner: S, activity: RequestActivity) -> Counted<S> {
+        Counted { inner, activity }
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, R> tower::Service<R> for Counted<S>
+where
+    S: tower::Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        r
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+    fn call(&mut self, req: R) -> Self::Future {
+        let guard = self.activity.enter();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let out = fut.await;
+            drop(guard);
+            out
+        })
     }
 }

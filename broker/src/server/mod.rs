@@ -3,10 +3,10 @@
 //! Both listeners share one accept loop and one per-connection driver, so every
 //! bound holds on both: at most `http.max_connections` connections (beyond it a
 //! new one gets a 503 on plain HTTP, or is closed, without taking a task), a
-//! TLS handshake and an HTTP/1 request head must each complete within
-//! `http.header_read_timeout`, a connection
-//! that moves no byte for `http.idle_timeout` is closed, and h2c is off unless
-//! configured. What a request may do once its head is in (its size, its host,
+//! TLS handshake, the first request and every HTTP/1 request head must each
+//! arrive within `http.header_read_timeout`, a connection with no request in
+//! flight for `http.idle_timeout` is closed (counted in requests, not bytes:
+//! see `activity`), and h2c is off unless configured. What a request may do once its head is in (its size, its host,
 //! its duration) is checked by the router ([`crate::api::edge`]).
 //!
 //! With TLS, ALPN offers HTTP/2 and HTTP/1.1. When a client CA is configured, a
@@ -23,7 +23,7 @@ pub use tls::{
 };
 
 use crate::config::HttpConfig;
-use activity::{LastActivity, Tracked};
+use activity::{Counted, RequestActivity};
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -47,25 +47,64 @@ pub struct LocalAddr(pub SocketAddr);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a graceful close was asked, how long a connection may linger.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
-/// Descriptors kept for everything but client connections (store and backend
-/// pools, files, the listener) when the cap is derived from the limit.
+/// Descriptors kept for files, the listener, outgoing HTTPS and slack, on top
+/// of the store and backend pools (`http.reserved_fds`), when the cap is
+/// derived from the limit.
 const RESERVED_FDS: u64 = 128;
+/// The derived cap never exceeds this: beyond it a connection costs memory,
+/// not descriptors. `http.max_connections` sets any other value.
+const DEFAULT_CAP_MAX: u64 = 4096;
+/// Refused connections lingering at once; beyond it one is closed right after its answer.
+const REFUSERS: usize = 256;
 
-/// The answer to a connection beyond the cap, written without a task.
-const FULL_RESPONSE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
-content-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 96\r\n\r\n\
-{\"error\":{\"code\":\"too_many_connections\",\"message\":\"the broker is at its connection limit\"}}\n";
+const FULL_BODY: &str =
+    "{\"error\":{\"code\":\"too_many_connections\",\"message\":\"the broker is at its connection limit\"}}\n";
+
+/// The answer to a connection beyond the cap.
+fn full_response() -> Vec<u8> {
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n{FULL_BODY}",
+        FULL_BODY.len()
+    )
+    .into_bytes()
+}
 
 /// The connection cap in force: the configured one, or what the descriptor
-/// limit leaves after [`RESERVED_FDS`].
+/// limit leaves after the pools and [`RESERVED_FDS`], at most [`DEFAULT_CAP_MAX`].
 pub fn connection_cap(http: &HttpConfig) -> usize {
     match http.max_connections {
         Some(n) => n as usize,
         None => {
             let soft = rlimit::open_files().unwrap_or(1024);
-            soft.saturating_sub(RESERVED_FDS).clamp(16, 1_000_000) as usize
+            soft.saturating_sub(RESERVED_FDS + http.reserved_fds)
+                .clamp(16, DEFAULT_CAP_MAX) as usize
         }
     }
+}
+
+/// Answers a connection beyond the cap with a 503 and closes it gracefully.
+/// The answer is written at once, without a task (it fits the empty send
+/// buffer); then, while fewer than [`REFUSERS`] are lingering, a task half-closes
+/// and reads what the client sends for a moment, so the close does not reset
+/// the connection before the client has read the answer.
+fn refuse(tcp: tokio::net::TcpStream, refusers: &Arc<Semaphore>, response: &[u8]) {
+    let _ = tcp.try_write(response);
+    let Ok(permit) = refusers.clone().try_acquire_owned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _permit = permit;
+        let mut tcp = tcp;
+        let linger = async {
+            tcp.shutdown().await?;
+            let mut sink = [0u8; 4096];
+            while tcp.read(&mut sink).await? > 0 {}
+            Ok::<_, std::io::Error>(())
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(100), linger).await;
+    });
 }
 
 /// Serves `router` on `listener` (over TLS when `tls` is set) until `shutdown`
@@ -83,11 +122,18 @@ pub async fn serve(
     let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
     let (stop_tx, stop_rx) = watch::channel(false);
     let http = Arc::new(http);
+    let refusers = Arc::new(Semaphore::new(REFUSERS));
+    let full = full_response();
     let mut warned_full: Option<Instant> = None;
     let mut warned_accept: Option<Instant> = None;
     tracing::info!(%local, max_connections = cap, header_read_timeout = ?http.header_read_timeout,
         idle_timeout = ?http.idle_timeout, request_timeout = ?http.request_timeout,
         allowed_hosts = ?http.allowed_hosts, "HTTP edge");
+    if local.ip().is_unspecified() && http.allowed_hosts == crate::config::AllowedHosts::Any {
+        // Also reachable as 127.0.0.1: a page in a browser on this host could
+        // rebind its name to it and read what needs no token.
+        tracing::warn!(%local, "listening on every address with any Host answered; set http.allowed_hosts to the names clients use");
+    }
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -113,9 +159,8 @@ pub async fn serve(
                 );
             }
             if acceptor.is_none() {
-                let _ = tcp.try_write(FULL_RESPONSE);
+                refuse(tcp, &refusers, &full);
             }
-            drop(tcp);
             continue;
         };
         let _ = tcp.set_nodelay(true);
@@ -215,9 +260,9 @@ async fn drive<I>(
     if plain && !http.h2c {
         builder = builder.http1_only();
     }
-    let activity = LastActivity::new();
-    let io = TokioIo::new(Tracked::new(io, activity.clone()));
-    let conn = builder.serve_connection(io, TowerToHyperService::new(service));
+    let activity = RequestActivity::new();
+    let service = Counted::new(service, activity.clone());
+    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     tokio::pin!(conn);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut closing: Option<Instant> = None;
@@ -245,7 +290,15 @@ async fn drive<I>(
                     return;
                 }
                 Some(_) => {}
-                None if activity.quiet_for() >= http.idle_timeout => {
+                // The first request must come within the head deadline, on
+                // every protocol (hyper's own timer covers HTTP/1 heads only;
+                // an HTTP/2 peer or one that never finishes its preface
+                // would otherwise keep the slot until idle_timeout).
+                None if !activity.any_request() && activity.age() >= http.header_read_timeout => {
+                    tracing::debug!(%peer, "no request within the header deadline; dropping the connection");
+                    return;
+                }
+                None if activity.idle_for() >= http.idle_timeout => {
                     tracing::debug!(%peer, "closing an idle connection");
                     conn.as_mut().graceful_shutdown();
                     closing = Some(Instant::now());

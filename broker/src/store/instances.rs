@@ -53,18 +53,28 @@ impl WriteOp for Heartbeat {
     fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
             let now = ctx.now();
-            let q = ctx.sql("UPDATE broker_instances SET heartbeat_at = $1 WHERE id = $2");
+            // Alive: also after another instance wrongly took this one for
+            // dead (a late heartbeat); its claims were released then, and
+            // its finishes are fenced on still holding them.
+            let q = ctx.sql(
+                "UPDATE broker_instances SET heartbeat_at = $1, stopped_at = NULL WHERE id = $2",
+            );
             sqlx::query(&q)
                 .bind(now)
                 .bind(&self.instance_id)
                 .execute(&mut *ctx.conn)
                 .await?;
+            // Only claims still in force are renewed; the retry time moves
+            // with the claim, so a broker that knows only next_attempt_at
+            // (an older version) also keeps off.
             let q = ctx.sql(
-                "UPDATE revocations SET claim_until = $1 WHERE claimed_by = $2 AND done_at IS NULL",
+                "UPDATE revocations SET claim_until = $1, next_attempt_at = $1 \
+                 WHERE claimed_by = $2 AND done_at IS NULL AND claim_until > $3",
             );
             sqlx::query(&q)
                 .bind(now + CLAIM_LEASE_SECS)
                 .bind(&self.instance_id)
+                .bind(now)
                 .execute(&mut *ctx.conn)
                 .await?;
             Ok(())
@@ -75,7 +85,10 @@ impl WriteOp for Heartbeat {
 /// Gives up every claim held by `instances` (due again at once); with `stop`,
 /// also marks them stopped. Returns how many claims were released.
 pub struct ReleaseClaims {
-    pub instances: Vec<String>,
+    /// Each instance with the heartbeat its judge saw (`None`: no row, or
+    /// the instance itself stopping). An instance whose heartbeat moved on
+    /// since is alive after all and keeps its claims.
+    pub instances: Vec<(String, Option<i64>)>,
     pub stop: bool,
 }
 
@@ -85,7 +98,17 @@ impl WriteOp for ReleaseClaims {
         Box::pin(async move {
             let now = ctx.now();
             let mut released = 0;
-            for id in &self.instances {
+            for (id, seen) in &self.instances {
+                if let Some(seen) = seen {
+                    let q = ctx.sql("SELECT heartbeat_at FROM broker_instances WHERE id = $1");
+                    let now_beat: Option<i64> = sqlx::query_scalar(&q)
+                        .bind(id)
+                        .fetch_optional(&mut *ctx.conn)
+                        .await?;
+                    if now_beat.is_some_and(|b| b > *seen) {
+                        continue;
+                    }
+                }
                 let q = ctx.sql(
                     "UPDATE revocations SET claimed_by = NULL, claim_until = NULL, next_attempt_at = $1 \
                      WHERE claimed_by = $2 AND done_at IS NULL",

@@ -75,9 +75,10 @@ pub struct Job {
 }
 
 /// Claims up to `limit` due jobs for `instance_id` until `now + claim_secs`,
-/// so no other worker (or replica) takes them meanwhile. The claim does not
-/// move the retry schedule: if the claimant dies, releases it or stops renewing
-/// it, the job is due again at once.
+/// so no other worker (or replica) takes them meanwhile. `next_attempt_at`
+/// moves with the claim (so a broker of an older version, which knows only
+/// that column, keeps off too); when the claim lapses both are in the past,
+/// and a release by a stopping or dead claimant sets them to now.
 pub struct ClaimRevocations {
     pub instance_id: String,
     pub limit: i64,
@@ -93,7 +94,7 @@ impl WriteOp for ClaimRevocations {
         Box::pin(async move {
             let now = ctx.now();
             let q = ctx.sql(
-                "UPDATE revocations SET attempts = attempts + 1, claimed_by = $1, claim_until = $2 \
+                "UPDATE revocations SET attempts = attempts + 1, claimed_by = $1, claim_until = $2, next_attempt_at = $2 \
                  WHERE lease_id IN (SELECT lease_id FROM revocations \
                    WHERE done_at IS NULL AND next_attempt_at <= $3 \
                    AND (claimed_by IS NULL OR claim_until <= $3) \
@@ -137,6 +138,9 @@ pub enum Outcome {
 /// Records outcomes: done jobs are closed with a `lease.revoked` row, failed
 /// ones rescheduled with a `lease.revocation_failed` row each.
 pub struct FinishRevocations {
+    /// The claimant: a failure is recorded only while it still holds the
+    /// claim (another instance may have taken the job over meanwhile).
+    pub instance_id: String,
     pub results: Vec<(Job, Outcome)>,
 }
 
@@ -151,15 +155,20 @@ impl WriteOp for FinishRevocations {
                 ev.reason = Some(job.reason.clone());
                 match outcome {
                     Outcome::Done => {
+                        // Done is done, whoever held the claim; recorded once.
                         let q = ctx.sql(
                             "UPDATE revocations SET done_at = $1, last_error = NULL, claimed_by = NULL, claim_until = NULL \
                              WHERE lease_id = $2 AND done_at IS NULL",
                         );
-                        sqlx::query(&q)
+                        let n = sqlx::query(&q)
                             .bind(now)
                             .bind(&job.lease_id)
                             .execute(&mut *ctx.conn)
-                            .await?;
+                            .await?
+                            .rows_affected();
+                        if n == 0 {
+                            continue;
+                        }
                         ev.detail = Some(format!(
                             "lease={} backend={} ref={} attempts={}",
                             job.lease_id, job.backend, job.downstream_ref, job.attempts
@@ -168,14 +177,20 @@ impl WriteOp for FinishRevocations {
                     Outcome::Failed { error, retry_at } => {
                         let q = ctx.sql(
                             "UPDATE revocations SET next_attempt_at = $1, last_error = $2, claimed_by = NULL, claim_until = NULL \
-                             WHERE lease_id = $3 AND done_at IS NULL",
+                             WHERE lease_id = $3 AND done_at IS NULL AND claimed_by = $4",
                         );
-                        sqlx::query(&q)
+                        let n = sqlx::query(&q)
                             .bind(*retry_at)
                             .bind(error)
                             .bind(&job.lease_id)
+                            .bind(&self.instance_id)
                             .execute(&mut *ctx.conn)
-                            .await?;
+                            .await?
+                            .rows_affected();
+                        if n == 0 {
+                            // Taken over (or finished) by another instance.
+                            continue;
+                        }
                         ev.event = events::LEASE_REVOCATION_FAILED;
                         ev.decision = "error";
                         ev.detail = Some(format!(

@@ -29,7 +29,7 @@ use crate::clock::Clock;
 use sqlx::{AnyConnection, Executor, Row};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -269,6 +269,11 @@ pub struct Writer {
 pub struct WriterEnv {
     clock: Clock,
     audit_key: std::sync::OnceLock<Arc<AuditKey>>,
+    /// The highest audit head this process has seen committed. The head only
+    /// ever moves forward (replicas included), so a head found below it means
+    /// the audit table was cut back underneath the broker: writes stop rather
+    /// than chain new rows onto the truncated log.
+    high_water: AtomicI64,
 }
 
 impl Writer {
@@ -278,6 +283,7 @@ impl Writer {
         let env = Arc::new(WriterEnv {
             clock,
             audit_key: std::sync::OnceLock::new(),
+            high_water: AtomicI64::new(0),
         });
         tokio::spawn(run(rx, connect, dialect, env.clone(), stats.clone()));
         Writer { tx, stats, env }
@@ -291,6 +297,11 @@ impl Writer {
     /// The installed audit key.
     pub fn audit_key(&self) -> Option<&Arc<AuditKey>> {
         self.env.audit_key.get()
+    }
+
+    /// The highest audit head this process has seen committed.
+    pub fn audit_high_water(&self) -> i64 {
+        self.env.high_water.load(Ordering::Acquire)
     }
 
     pub fn stats(&self) -> &WriterStats {
@@ -525,6 +536,17 @@ async fn apply_all(
     let head = sqlx::query(head_sql).fetch_one(&mut *conn).await?;
     let head_seq: i64 = head.try_get("seq")?;
     let head_hash: String = head.try_get("hash")?;
+    let seen = env.high_water.load(Ordering::Acquire);
+    if head_seq < seen {
+        tracing::error!(
+            head_seq,
+            seen,
+            "the audit head moved back: rows were removed from the audit table; refusing to write"
+        );
+        return Err(sqlx::Error::Protocol(format!(
+            "the audit head moved back from {seen} to {head_seq}"
+        )));
+    }
     let mut ctx = WriteCtx {
         conn,
         dialect,
@@ -564,6 +586,7 @@ async fn apply_all(
     }
     let committing = std::time::Instant::now();
     ctx.conn.execute("COMMIT").await?;
+    env.high_water.fetch_max(ctx.head_seq, Ordering::AcqRel);
     let commit = committing.elapsed();
     // COMMIT is where SQLite syncs the WAL and, past wal_autocheckpoint pages,
     // runs a checkpoint: a slow batch with a small apply_us is the disk's.

@@ -15,6 +15,9 @@ both_stores!(
     a_chain_downgraded_to_unkeyed_links_is_caught,
     a_row_linked_with_a_foreign_key_is_caught,
     a_chain_from_before_keying_stays_verifiable_as_unkeyed,
+    removing_the_audit_key_does_not_make_an_unkeyed_log,
+    planted_checkpoint_rows_do_not_stop_checkpoints,
+    a_head_moved_back_stops_writes_and_checkpoints,
     truncation_is_named_by_checkpoints,
 );
 
@@ -307,6 +310,8 @@ async fn truncation_is_named_by_checkpoints(app: TestApp) {
             hash: "0".repeat(64),
             at_ms: 0,
             iat: 0,
+            audit_key: "ak_x".into(),
+            unkeyed_until_seq: 0,
         },
     );
     assert_eq!(
@@ -332,6 +337,12 @@ async fn a_chain_from_before_keying_stays_verifiable_as_unkeyed(app: TestApp) {
     relink_unkeyed(&app, 1, false).await;
     exec(&app, "DELETE FROM audit_keys").await;
     let old_rows = report(&app).await["head_seq"].as_i64().unwrap();
+    // What migration 0005 records on an upgraded store: the head it found.
+    exec(
+        &app,
+        &format!("UPDATE audit_unkeyed_prefix SET until_seq = {old_rows}"),
+    )
+    .await;
     let app = app.restart().await;
     busy(&app).await;
     let r = report(&app).await;
@@ -354,4 +365,91 @@ async fn a_chain_from_before_keying_stays_verifiable_as_unkeyed(app: TestApp) {
     let r = report(&app).await;
     assert_eq!(r["first_problem"]["kind"], "downgraded", "{r}");
     assert_eq!(r["first_problem"]["seq"], old_rows + 2);
+}
+
+/// The database owner deletes the key row (to have a new key accept a log
+/// rewritten as unkeyed): with keyed rows present no key is made; with the
+/// rows rewritten too, the new key accepts no unkeyed row after the prefix
+/// the migration recorded.
+async fn removing_the_audit_key_does_not_make_an_unkeyed_log(app: TestApp) {
+    use tessera_broker::audit::key::{load_or_create, AuditKeyError};
+    busy(&app).await;
+    exec(&app, "DELETE FROM audit_keys").await;
+    let now = app.state.clock.now();
+    let refused = load_or_create(&app.state.store, &app.state.kek, now).await;
+    assert!(
+        matches!(refused, Err(AuditKeyError::Missing)),
+        "{refused:?}"
+    );
+    // Rewrite every row as unkeyed, then let a new key be made.
+    relink_unkeyed(&app, 1, false).await;
+    let key = load_or_create(&app.state.store, &app.state.kek, now)
+        .await
+        .unwrap();
+    assert_eq!(key.unkeyed_until_seq, 0);
+    let app = app.restart().await;
+    let r = report(&app).await;
+    assert_eq!(r["first_problem"]["kind"], "downgraded", "{r}");
+    assert_eq!(r["first_problem"]["seq"], 1);
+}
+
+/// A checkpoint row planted far ahead of the head (or one that is not signed)
+/// would make "the last checkpoint" a lie and stop every later one.
+async fn planted_checkpoint_rows_do_not_stop_checkpoints(app: TestApp) {
+    use tessera_broker::audit::checkpoint;
+    busy(&app).await;
+    exec(
+        &app,
+        "INSERT INTO audit_checkpoints (seq, hash, at_ms, jws, created_at) \
+         VALUES (9000000000000000000, 'x', 0, 'forged', 0)",
+    )
+    .await;
+    let head = report(&app).await["head_seq"].as_i64().unwrap();
+    exec(
+        &app,
+        &format!(
+            "INSERT INTO audit_checkpoints (seq, hash, at_ms, jws, created_at) \
+             VALUES ({}, 'x', 0, 'forged', 0)",
+            head - 1
+        ),
+    )
+    .await;
+    // Forced (independent of the thresholds): a planted row at or above the
+    // head would otherwise make it "already checkpointed".
+    let taken = checkpoint::take(&app.state, true).await.unwrap().unwrap();
+    assert_eq!(taken, head);
+    let jws = checkpoint_jws(&app, head).await;
+    assert_eq!(check(&app, &[jws]).await, ["matches"]);
+}
+
+/// Rows cut off the end with the head moved back underneath a running broker:
+/// it neither chains new rows onto the shortened log nor signs it.
+async fn a_head_moved_back_stops_writes_and_checkpoints(app: TestApp) {
+    use tessera_broker::audit::checkpoint;
+    busy(&app).await;
+    let head = report(&app).await["head_seq"].as_i64().unwrap();
+    exec(&app, &format!("DELETE FROM audit WHERE seq > {}", head - 2)).await;
+    let q = app.state.store.sql(
+        "UPDATE audit_head SET seq = $1, hash = (SELECT hash FROM audit WHERE seq = $1) WHERE id = 1",
+    );
+    sqlx::query(&q)
+        .bind(head - 2)
+        .execute(app.state.store.pool())
+        .await
+        .unwrap();
+    let resp = app
+        .post(
+            "/v1/admin/runtimes",
+            Some(&app.admin_token),
+            serde_json::json!({ "name": "after-cut", "users": "*", "task_kinds": "*" }),
+        )
+        .await;
+    crate::helpers::assert_error(
+        resp,
+        reqwest::StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+    )
+    .await;
+    assert_eq!(checkpoint::take(&app.state, true).await.unwrap(), None);
+    assert_eq!(report(&app).await["head_seq"], head - 2);
 }
