@@ -76,6 +76,16 @@ pub fn parse_path(dialect: Dialect, path: &str, allow_all_tables: bool) -> Optio
     if !is_ident(database) || !schema.is_none_or(is_ident) {
         return None;
     }
+    // System catalogs are never a resource: a grant there (PostgreSQL's
+    // pg_authid holds password hashes) is not a table of the application's.
+    let system = match (dialect, schema) {
+        (Dialect::Postgres, Some(s)) => is_system_schema(s),
+        (Dialect::Mysql, _) => is_system_database(database),
+        _ => false,
+    };
+    if system {
+        return None;
+    }
     let table = match table {
         "*" if allow_all_tables => Table::All,
         t if is_ident(t) => Table::Named(t.to_owned()),
@@ -95,6 +105,22 @@ pub fn parse_path(dialect: Dialect, path: &str, allow_all_tables: bool) -> Optio
         schema: schema.map(str::to_owned),
         table,
     })
+}
+
+/// PostgreSQL's own schemas: `pg_catalog`, `information_schema`, and every
+/// `pg_*` (pg_toast, pg_temp_N, …: the prefix is reserved for the system).
+/// Compared without case: a quoted `PG_CATALOG` is no table of anyone's either.
+pub fn is_system_schema(schema: &str) -> bool {
+    let s = schema.to_ascii_lowercase();
+    s == "information_schema" || s.starts_with("pg_")
+}
+
+/// MariaDB/MySQL's own databases (without case: `INFORMATION_SCHEMA` is one).
+pub fn is_system_database(database: &str) -> bool {
+    matches!(
+        database.to_ascii_lowercase().as_str(),
+        "mysql" | "information_schema" | "performance_schema" | "sys"
+    )
 }
 
 /// The database actions and the SQL privilege each grants.
@@ -283,6 +309,41 @@ mod tests {
             Table::All
         );
         assert!(parse_path(Dialect::Postgres, "a.*.t", true).is_none());
+    }
+
+    #[test]
+    fn system_catalogs_are_not_resources() {
+        for schema in [
+            "pg_catalog",
+            "PG_CATALOG",
+            "information_schema",
+            "pg_toast",
+            "pg_temp_3",
+            "pg_toast_temp_1",
+        ] {
+            assert!(
+                parse_path(Dialect::Postgres, &format!("db.{schema}.t"), true).is_none(),
+                "{schema}"
+            );
+            assert!(
+                parse_path(Dialect::Postgres, &format!("db.{schema}.*"), true).is_none(),
+                "{schema}"
+            );
+        }
+        // A database may be called anything; only the schema is the system's.
+        assert!(parse_path(Dialect::Postgres, "pg_db.public.t", false).is_some());
+        assert!(parse_path(Dialect::Postgres, "db.pgx.t", false).is_some());
+        for db in ["mysql", "information_schema", "performance_schema", "sys"] {
+            assert!(
+                parse_path(Dialect::Mysql, &format!("{db}.t"), true).is_none(),
+                "{db}"
+            );
+            assert!(
+                parse_path(Dialect::Mysql, &format!("{db}.*"), true).is_none(),
+                "{db}"
+            );
+        }
+        assert!(parse_path(Dialect::Mysql, "system_data.t", false).is_some());
     }
 
     #[test]

@@ -459,6 +459,21 @@ async fn my_database_grant_does_not_match_similar_names() {
     };
     let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
     let (_key, _run, token) = app.run_for("frank").await;
+    // System databases are never a resource (issue 13, item 9).
+    for res in [
+        "my-test:mysql.user",
+        "my-test:mysql.*",
+        "my-test:information_schema.processlist",
+        "my-test:performance_schema.threads",
+        "my-test:sys.sessions",
+    ] {
+        assert_error(
+            app.capability(&token, "select", res).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_resource",
+        )
+        .await;
+    }
     // `%` is not a database name the grammar accepts at all.
     let resp = app
         .capability(&token, "select", &format!("my-test:{percent}.*"))

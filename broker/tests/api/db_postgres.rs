@@ -517,6 +517,14 @@ async fn pg_hostile_resource_names_are_refused_before_any_sql() {
         format!("pg-test:postgres.{s}.gran ted"),
         format!("pg-test:postgres.{s}.granted\u{0}"),
         format!("pg-test:other_db.{s}.granted"),
+        // System catalogs are never a resource (issue 13, item 9).
+        "pg-test:postgres.pg_catalog.pg_authid".to_owned(),
+        "pg-test:postgres.pg_catalog.*".to_owned(),
+        "pg-test:postgres.information_schema.tables".to_owned(),
+        "pg-test:postgres.INFORMATION_SCHEMA.tables".to_owned(),
+        "pg-test:postgres.pg_toast.pg_toast_2619".to_owned(),
+        "pg-test:postgres.pg_temp_3.t".to_owned(),
+        "pg-test:postgres.Pg_Catalog.pg_shadow".to_owned(),
     ];
     for res in &hostile {
         let v = assert_error(
