@@ -38,9 +38,11 @@ pub enum AllowedHosts {
 
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
-    /// Longest a client may take to send a complete request head (HTTP/1).
+    /// Longest a client may take to complete the TLS handshake, to send its
+    /// first request, and (HTTP/1) to send each request head.
     pub header_read_timeout: Duration,
-    /// A connection with no byte read or written for this long is closed.
+    /// A connection with no request in flight, and none started or ended, for
+    /// this long is closed (counted in requests: frames alone do not count).
     pub idle_timeout: Duration,
     /// Longest a request may take, body included, before a 503 `request_timeout`.
     pub request_timeout: Duration,
@@ -105,8 +107,9 @@ pub(super) fn resolve(raw: RawHttp, listen: SocketAddr) -> Result<HttpConfig, Co
         Duration::from_secs(3600),
     )?;
     if idle_timeout <= request_timeout {
-        // A request in progress sends nothing until it answers; it must not
-        // look idle before its own timeout fires.
+        // A connection is kept at least as long as one of its requests may
+        // take: a client told "idle" before its own request could time out
+        // would see a limit shorter than the one configured.
         return Err(err(
             "http.idle_timeout",
             "must be longer than http.request_timeout",
