@@ -915,3 +915,58 @@ async fn pg_least_privileged_broker_account_suffices() {
         .await
         .unwrap();
 }
+
+/// An `insert` capability on a table with a `serial` or identity column can
+/// use the column's default (issue 13, item 10): USAGE on the table's own
+/// sequences comes with the grant, and on no other sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_insert_covers_the_tables_own_sequences() {
+    let fx = PgFixture::new().await;
+    let s = &fx.schema;
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {s}.serials (id serial PRIMARY KEY, v text);
+         CREATE TABLE {s}.idents (id int GENERATED ALWAYS AS IDENTITY, v text);
+         CREATE SEQUENCE {s}.unrelated;"
+    ))
+    .execute(&fx.admin)
+    .await
+    .unwrap();
+    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let (_key, _run, token) = app.run_for("alice").await;
+    for table in ["serials", "idents"] {
+        let cap = app
+            .capability_ok(&token, "insert", &fx.resource(table))
+            .await;
+        let v = exchange_ok(&app, &cap).await;
+        let mut conn = PgConnection::connect(v["dsn"].as_str().unwrap())
+            .await
+            .unwrap();
+        sqlx::query(&format!("INSERT INTO {s}.{table} (v) VALUES ('x')"))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("insert into {table}: {e}"));
+        let other = sqlx::query(&format!("SELECT nextval('{s}.unrelated')"))
+            .execute(&mut conn)
+            .await;
+        assert!(
+            other.is_err_and(denied),
+            "{table}: another sequence is usable"
+        );
+    }
+    let count: i64 = sqlx::query_scalar(&format!(
+        "SELECT (SELECT count(*) FROM {s}.serials) + (SELECT count(*) FROM {s}.idents)"
+    ))
+    .fetch_one(&fx.admin)
+    .await
+    .unwrap();
+    assert_eq!(count, 2);
+    for table in ["serials", "idents"] {
+        let path = parse_path(Dialect::Postgres, &format!("postgres.{s}.{table}"), true).unwrap();
+        let g = group_name(Dialect::Postgres, &path, Privilege::Insert);
+        sqlx::raw_sql(&format!("DROP OWNED BY \"{g}\"; DROP ROLE \"{g}\";"))
+            .execute(&fx.admin)
+            .await
+            .unwrap();
+    }
+    fx.cleanup().await;
+}

@@ -95,9 +95,48 @@ impl Groups {
         }
         let sql = table_grant_sql(&name, &schema_group, path, privilege).map_err(quote_error)?;
         grant(pool, &sql).await?;
+        if privilege == Privilege::Insert {
+            grant_sequences(pool, &name, path).await?;
+        }
         known.insert(name.clone());
         Ok(name)
     }
+}
+
+/// An insert must be able to use its columns' defaults: USAGE on the
+/// sequences the table's own `serial`/identity columns own (for `*`, on every
+/// sequence of the schema), and on nothing else.
+async fn grant_sequences(pool: &PgPool, group: &str, path: &DbPath) -> Result<(), BackendError> {
+    let schema = path.schema.as_deref().unwrap_or("public");
+    let target = match &path.table {
+        Table::All => format!("ALL SEQUENCES IN SCHEMA {}", q(schema)?),
+        Table::Named(table) => {
+            // Sequences a column of this table owns (serial: auto, identity: internal).
+            let owned: Vec<(String, String)> = sqlx::query_as(
+                "SELECT sn.nspname::text, s.relname::text FROM pg_depend d \
+                 JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S' \
+                 JOIN pg_namespace sn ON sn.oid = s.relnamespace \
+                 JOIN pg_class t ON t.oid = d.refobjid \
+                 JOIN pg_namespace tn ON tn.oid = t.relnamespace \
+                 WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass \
+                 AND d.deptype IN ('a', 'i') AND tn.nspname = $1 AND t.relname = $2",
+            )
+            .bind(schema)
+            .bind(table)
+            .fetch_all(pool)
+            .await
+            .map_err(super::classify)?;
+            if owned.is_empty() {
+                return Ok(());
+            }
+            let names = owned
+                .iter()
+                .map(|(n, s)| Ok(format!("{}.{}", q(n)?, q(s)?)))
+                .collect::<Result<Vec<_>, BackendError>>()?;
+            format!("SEQUENCE {}", names.join(", "))
+        }
+    };
+    grant(pool, &format!("GRANT USAGE ON {target} TO {}", q(group)?)).await
 }
 
 fn q(name: &str) -> Result<String, BackendError> {
