@@ -16,7 +16,7 @@
 //! crash or a rollout delays a removal by seconds, not by a claim timeout.
 
 use crate::app::App;
-use crate::backends::Revocation;
+use crate::backends::{BackendError, Revocation};
 use crate::instance::CLAIM_LEASE_SECS;
 use crate::store::instances::{self, ReleaseClaims};
 use crate::store::revocations::{
@@ -141,18 +141,29 @@ async fn settle(app: &App, jobs: Vec<Job>) -> Vec<(Job, Outcome)> {
             })
             .collect();
         let result = match app.backends.get(&name) {
-            Some(backend) => backend.revoke_leases(&leases).await.map_err(|e| e.to_string()),
-            None => Err(format!("backend {name} is not configured")),
+            Some(backend) => backend.revoke_leases(&leases).await,
+            None => Err(BackendError::Unavailable(format!("backend {name} is not configured"))),
         };
         drop(leases);
+        // Which jobs failed, and why: all of them, or (Partial) only the named refs.
+        let failed_ref = |job: &Job| -> Option<String> {
+            match &result {
+                Ok(()) => None,
+                Err(BackendError::Partial { failed }) => failed
+                    .iter()
+                    .find(|(r, _)| *r == job.downstream_ref)
+                    .map(|(_, why)| why.clone()),
+                Err(e) => Some(e.to_string()),
+            }
+        };
         if let Err(e) = &result {
             tracing::warn!(backend = %name, leases = jobs.len(), error = %e, "downstream revocation failed; will retry");
         }
         jobs.into_iter()
             .map(|job| {
-                let outcome = match &result {
-                    Ok(()) => Outcome::Done,
-                    Err(e) => Outcome::Failed {
+                let outcome = match failed_ref(&job) {
+                    None => Outcome::Done,
+                    Some(e) => Outcome::Failed {
                         error: e.chars().take(300).collect(),
                         retry_at: now + backoff_secs(job.attempts),
                     },

@@ -81,7 +81,8 @@ pub async fn verify_capability(
 /// downstream's own message (that is logged and audited with the lease).
 fn backend_error(e: &BackendError) -> ApiError {
     match e {
-        BackendError::Unavailable(_) => ApiError::new(
+        // Only removals report partly; an issue never does.
+        BackendError::Unavailable(_) | BackendError::Partial { .. } => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "backend_unavailable",
             "the downstream backend is unavailable",

@@ -37,6 +37,10 @@ pub enum BackendError {
     /// role's trust policy, …): an operator must fix the configuration.
     #[error("backend refused: {0}")]
     Refused(String),
+    /// A removal in which only some objects could not be removed: each failed
+    /// ref with why (never a secret). The others are gone.
+    #[error("{} of the batch could not be removed", failed.len())]
+    Partial { failed: Vec<(String, String)> },
     /// This capability cannot be expressed downstream (e.g. a policy over the
     /// downstream's size limit). `message` is safe to show the caller.
     #[error("{message}")]
@@ -92,7 +96,8 @@ pub trait Backend: Send + Sync {
     /// Removes the downstream objects named by `refs` (as returned by
     /// [`Backend::downstream_ref`]): cuts their sessions and deletes them. Must be
     /// idempotent — an object that is already gone, or was never fully created, is
-    /// success — because the outbox retries until it succeeds.
+    /// success — because the outbox retries until it succeeds. When only some
+    /// fail, [`BackendError::Partial`] names them: the others count as removed.
     fn revoke<'a>(&'a self, refs: &'a [String]) -> BoxFuture<'a, Result<(), BackendError>>;
 
     /// What the revocation worker calls: like [`Backend::revoke`], with the run and

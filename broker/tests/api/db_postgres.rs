@@ -970,3 +970,87 @@ async fn pg_insert_covers_the_tables_own_sequences() {
     }
     fx.cleanup().await;
 }
+
+/// A throw-away user that makes itself hard to remove (a large object, a
+/// default-privileges entry) is removed anyway, by a CREATEROLE-only broker
+/// account, and the clean users revoked with it go in the same pass
+/// (issue 13, items 2 and 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_users_that_own_objects_are_removed_with_their_batch() {
+    let fx = PgFixture::new().await;
+    let s = &fx.schema;
+    let account = format!("{s}_broker");
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {account} LOGIN CREATEROLE; GRANT pg_signal_backend TO {account};
+         GRANT CONNECT ON DATABASE postgres TO {account} WITH GRANT OPTION;
+         GRANT USAGE ON SCHEMA {s} TO {account} WITH GRANT OPTION;
+         GRANT SELECT ON {s}.granted TO {account} WITH GRANT OPTION;"
+    ))
+    .execute(&fx.admin)
+    .await
+    .unwrap();
+    let backends = DbBackends {
+        pg: pg_url().replace("postgres://postgres@", &format!("postgres://{account}@")),
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let mut users = vec![];
+    let mut sessions = vec![];
+    for _ in 0..5 {
+        let v = exchange_ok(&app, &cap).await;
+        users.push(v["username"].as_str().unwrap().to_owned());
+        sessions.push(
+            PgConnection::connect(v["dsn"].as_str().unwrap())
+                .await
+                .unwrap(),
+        );
+    }
+    // Two users leave objects behind; three stay clean.
+    sqlx::query("SELECT lo_create(0)")
+        .execute(&mut sessions[1])
+        .await
+        .unwrap();
+    sqlx::raw_sql("ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO PUBLIC")
+        .execute(&mut sessions[3])
+        .await
+        .unwrap();
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    let started = std::time::Instant::now();
+    let done = tessera_broker::revocation::run_once(&app.state)
+        .await
+        .unwrap();
+    eprintln!(
+        "5 users (2 owning objects) removed in one pass: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(done, 5, "every lease of the batch settled in one pass");
+    for u in &users {
+        assert!(!fx.role_exists(u).await, "{u} still exists");
+    }
+    let left: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_largeobject_metadata m JOIN pg_roles r ON r.oid = m.lomowner \
+         WHERE r.rolname = ANY($1)",
+    )
+    .bind(&users)
+    .fetch_one(&fx.admin)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+    drop(sessions);
+    drop(app);
+    sqlx::raw_sql(&format!("DROP OWNED BY {account}"))
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+    let admin = fx.admin.clone();
+    fx.cleanup().await;
+    sqlx::raw_sql(&format!("DROP ROLE {account}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}

@@ -16,7 +16,10 @@
 //!
 //! A user that is already gone, or was never created (a failed or crashed
 //! exchange), is simply absent from step 1 and a no-op in step 3: removal is
-//! idempotent, as the outbox requires.
+//! idempotent, as the outbox requires. If the batch's `DROP ROLE` fails because
+//! a user owns objects, every user of the batch is removed on its own (taking
+//! membership in it, `DROP OWNED BY`, `DROP ROLE`), and only those that still
+//! cannot be removed are reported ([`BackendError::Partial`]).
 
 use super::quote::{ident, literal, Unquotable};
 use crate::backends::database::is_user_name;
@@ -69,10 +72,21 @@ pub async fn drop_all(pool: &PgPool, users: &[String]) -> Result<(), BackendErro
             "revocation refs that are not broker user names were ignored"
         );
     }
+    // Every batch is tried: users that cannot be removed are reported one
+    // by one, and never hold back the others.
+    let mut failed = vec![];
     for chunk in ours.chunks(BATCH) {
-        drop_batch(pool, chunk).await?;
+        match drop_batch(pool, chunk).await {
+            Ok(()) => {}
+            Err(BackendError::Partial { failed: some }) => failed.extend(some),
+            Err(e) => return Err(e),
+        }
     }
-    Ok(())
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(BackendError::Partial { failed })
+    }
 }
 
 async fn drop_batch(pool: &PgPool, users: &[String]) -> Result<(), BackendError> {
@@ -117,18 +131,31 @@ async fn drop_batch(pool: &PgPool, users: &[String]) -> Result<(), BackendError>
             Ok(())
         }
         Err(e) if super::grants::has_code(&e, &[DEPENDENT_OBJECTS]) => {
-            // Some user owns something (it could create objects somewhere the
-            // operator allowed). Drop what each owns, one by one; the others in
-            // the batch go with them.
-            for u in &quoted {
-                let one = format!("DROP OWNED BY {u}; DROP ROLE {u};");
-                if let Err(e) = sqlx::raw_sql(&one).execute(pool).await {
-                    if !super::grants::has_code(&e, &["42704"]) {
-                        return Err(super::classify(e));
+            // Some user owns something (a large object, a default-privileges
+            // entry, …). One by one, every user: the broker takes membership
+            // in the user (CREATEROLE allows it; DROP OWNED BY needs it), drops
+            // what the user owns in this database, then the user. A failure
+            // is reported for that user only.
+            let mut failed = vec![];
+            for (name, u) in existing.iter().zip(&quoted) {
+                let one = format!("GRANT {u} TO CURRENT_USER; DROP OWNED BY {u}; DROP ROLE {u};");
+                match sqlx::raw_sql(&one).execute(pool).await {
+                    Ok(_) => {}
+                    // Gone meanwhile.
+                    Err(e) if super::grants::has_code(&e, &["42704"]) => {}
+                    Err(e) => {
+                        let why: String = e.to_string().chars().take(200).collect();
+                        tracing::warn!(user = %name, error = %why, "postgres user could not be removed");
+                        failed.push((name.clone(), why));
                     }
                 }
             }
-            Ok(())
+            tracing::debug!(users = existing.len(), failed = failed.len(), took = ?started.elapsed(), "postgres users removed one by one");
+            if failed.is_empty() {
+                Ok(())
+            } else {
+                Err(BackendError::Partial { failed })
+            }
         }
         Err(e) => Err(super::classify(e)),
     }
