@@ -169,10 +169,14 @@ impl AllowedHosts {
         match self {
             AllowedHosts::Any => true,
             AllowedHosts::Loopback => {
-                let port = local.port();
-                host == format!("127.0.0.1:{port}")
-                    || host == format!("localhost:{port}")
-                    || host == format!("[::1]:{port}")
+                // `name:port`, the name one of the loopback spellings and the
+                // port the bound one (no allocation: this runs per request).
+                let Some((name, port)) = host.rsplit_once(':') else {
+                    return false;
+                };
+                matches!(name, "127.0.0.1" | "localhost" | "[::1]")
+                    && port.parse::<u16>().ok() == Some(local.port())
+                    && !port.starts_with('+')
             }
             AllowedHosts::List(list) => {
                 let name = host_name(&host);
