@@ -210,6 +210,18 @@ fn explain_prints_the_deciding_policies_and_constraints() {
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("decision: allow"), "{stdout}");
+    // Piped into a reader that stops early (`| head`): a quiet end, no panic.
+    let mut child = Command::new(BIN)
+        .args(base)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let closed = child.wait_with_output().unwrap();
+    let err = text(&closed.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(closed.status.code(), Some(141), "{err}");
     assert!(
         stdout.contains("satisfied permits: analysts-read-reports, staff-read-public-reports"),
         "{stdout}"

@@ -258,6 +258,7 @@ pub enum AuditCommand {
 
 pub fn run(cli: Cli) -> ExitCode {
     crate::server::install_crypto_provider();
+    quiet_broken_pipe();
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Exec(args) => sandbox::exec(args),
@@ -266,4 +267,25 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Policy(command) => policy::run(command),
         other => admin::run(other),
     }
+}
+
+/// Output piped into a reader that stops early (`tessera audit export | head`)
+/// ends the command quietly, as a shell tool should. Rust ignores SIGPIPE, so
+/// the write fails with EPIPE and `println!` panics; this hook turns exactly
+/// that panic into exit status 141 (128 + SIGPIPE, what the shell reports for
+/// a tool the signal ended) and leaves every other panic to the default hook.
+fn quiet_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
 }
