@@ -388,3 +388,39 @@ fn check_warns_on_a_permit_without_ttl_and_on_a_cap_overrun() {
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
 }
+
+#[test]
+fn backends_check_names_unsafe_defaults_with_their_fix() {
+    let dir = std::env::temp_dir().join(format!("tessera-bcheck-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("tessera.toml");
+    std::fs::write(
+        &config,
+        "[backends.pg-main]\nkind = \"postgres\"\nurl_env = \"TESSERA_TEST_CHECK_PG\"\n\n\
+         [backends.svc]\nkind = \"token\"\naudience = \"https://svc.internal\"\n",
+    )
+    .unwrap();
+    let pg = std::env::var("TESSERA_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let run = |name: &str| {
+        Command::new(BIN)
+            .args(["backends", "check", name, "--config", path(&config)])
+            .env("TESSERA_TEST_CHECK_PG", &pg)
+            .output()
+            .unwrap()
+    };
+    let out = run("pg-main");
+    let stdout = text(&out.stdout);
+    // This machine's PostgreSQL keeps its defaults: findings, so exit 1.
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(stdout.contains("connect_public"), "{stdout}");
+    assert!(stdout.contains("fix: REVOKE CONNECT ON DATABASE"), "{stdout}");
+    assert!(stdout.contains("large_objects_public"), "{stdout}");
+    assert!(!stdout.contains(&pg), "the URL is not printed: {stdout}");
+    let token = run("svc");
+    assert_eq!(token.status.code(), Some(2));
+    assert!(text(&token.stderr).contains("only database backends"), "{}", show(&token));
+    let missing = run("nope");
+    assert_eq!(missing.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -47,6 +47,15 @@ pub enum BackendError {
     Unsupported { code: &'static str, message: String },
 }
 
+/// A downstream server default that lets a credential do more than its grant,
+/// with the exact statement an operator runs to close it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    pub id: &'static str,
+    pub what: String,
+    pub fix: String,
+}
+
 /// One lease whose downstream objects must go, with why.
 pub struct Revocation<'a> {
     pub downstream_ref: &'a str,
@@ -88,6 +97,12 @@ pub trait Backend: Send + Sync {
     /// nothing downstream to revoke. Never a secret: it is stored and audited.
     fn downstream_ref(&self, _claims: &CapabilityClaims, _lease_id: &str) -> Option<String> {
         None
+    }
+
+    /// What about the downstream server lets a credential do more than its
+    /// grant (`tessera backends check`, a warning at start); none by default.
+    fn unsafe_defaults(&self) -> BoxFuture<'_, Result<Vec<Finding>, BackendError>> {
+        Box::pin(async { Ok(vec![]) })
     }
 
     /// Mints the credential for one exchange.

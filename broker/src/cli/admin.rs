@@ -277,6 +277,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         }
         Command::Serve(_)
         | Command::Policy(_)
+        | Command::Backends(_)
         | Command::Exec(_)
         | Command::CredentialProcess(_)
         | Command::Token(_) => bail!("not an admin command"),

@@ -6,6 +6,7 @@
 
 mod admin;
 mod audit;
+mod backends;
 mod policy;
 mod sandbox;
 mod serve;
@@ -58,6 +59,24 @@ pub enum Command {
     /// Check, test and explain a policy directory.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Inspect configured backends.
+    #[command(subcommand)]
+    Backends(BackendsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackendsCommand {
+    /// Ask a database backend's server which defaults let a throw-away user do
+    /// more than its grant; print each with the SQL that closes it. Exit 1 if any.
+    Check {
+        /// The backend's name in tessera.toml.
+        name: String,
+        /// Configuration file.
+        #[arg(long, default_value = "tessera.toml")]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -265,7 +284,31 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::CredentialProcess(args) => sandbox::credential_process(args),
         Command::Token(cmd) => sandbox::token(cmd),
         Command::Policy(command) => policy::run(command),
+        Command::Backends(BackendsCommand::Check { name, config, json }) => {
+            backends_check(&name, &config, json)
+        }
         other => admin::run(other),
+    }
+}
+
+fn backends_check(name: &str, config: &std::path::Path, json: bool) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tessera: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(backends::check(name, config, json)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("tessera: {e:#}");
+            ExitCode::from(2)
+        }
     }
 }
 

@@ -210,6 +210,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(reload_on_sighup(app.clone()));
     let revocation_worker = tokio::spawn(crate::revocation::run(app.clone()));
     let heartbeat = tokio::spawn(crate::revocation::heartbeat(app.clone()));
+    tokio::spawn(warn_unsafe_defaults(app.clone()));
     let checkpoints = tokio::spawn(crate::audit::checkpoint::run(app.clone()));
     tokio::spawn(crate::audit::checkpoint::run_witness(app.clone()));
     if let Some(every) = app.config.policy_watch_interval {
@@ -248,6 +249,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// How long a stopping broker lets a revocation pass in progress finish.
 const REVOCATION_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Logs each downstream default that lets a throw-away credential do more
+/// than its grant (`tessera backends check NAME` prints the same, with the fix).
+async fn warn_unsafe_defaults(app: crate::app::AppState) {
+    for (name, backend) in &app.backends {
+        match backend.unsafe_defaults().await {
+            Ok(findings) => {
+                for f in findings {
+                    tracing::warn!(backend = %name, finding = f.id, what = %f.what, fix = %f.fix, "unsafe downstream default");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(backend = %name, error = %e, "cannot check the backend's server defaults")
+            }
+        }
+    }
+}
 
 /// Picks up keys rotated by another replica (on-demand reloads for unknown
 /// kids are throttled, so this bounds how long a new key can go unrecognised).

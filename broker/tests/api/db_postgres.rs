@@ -1054,3 +1054,46 @@ async fn pg_users_that_own_objects_are_removed_with_their_batch() {
         .await
         .unwrap();
 }
+
+/// `unsafe_defaults` names what this server leaves open to every role, and the
+/// SQL it prints closes exactly that: applied in a transaction that is rolled
+/// back (the server is shared by the suite), the same check finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_unsafe_defaults_are_found_and_their_fix_closes_them() {
+    use tessera_broker::backends::postgres::check::unsafe_defaults;
+    let mut conn = PgConnection::connect(&pg_url()).await.unwrap();
+    let found = unsafe_defaults(&mut conn).await.unwrap();
+    let ids: Vec<&str> = found.iter().map(|f| f.id).collect();
+    // PostgreSQL's defaults on this machine (as shipped by Debian).
+    assert!(ids.contains(&"connect_public"), "{found:?}");
+    assert!(ids.contains(&"large_objects_public"), "{found:?}");
+    let lo = found
+        .iter()
+        .find(|f| f.id == "large_objects_public")
+        .unwrap();
+    assert_eq!(
+        lo.fix,
+        "REVOKE EXECUTE ON FUNCTION lo_create(oid), lo_creat(integer), lo_from_bytea(oid, bytea) FROM PUBLIC;"
+    );
+    let connect = found.iter().find(|f| f.id == "connect_public").unwrap();
+    assert!(
+        connect.fix.contains("\"postgres\"") && connect.fix.contains("\"template1\""),
+        "{}",
+        connect.fix
+    );
+    sqlx::raw_sql("BEGIN").execute(&mut conn).await.unwrap();
+    for f in &found {
+        if f.id != "prepared_transactions" {
+            sqlx::raw_sql(&f.fix).execute(&mut conn).await.unwrap();
+        }
+    }
+    let after = unsafe_defaults(&mut conn).await.unwrap();
+    sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
+    let left: Vec<&str> = after.iter().map(|f| f.id).collect();
+    assert!(
+        left.iter().all(|id| *id == "prepared_transactions"),
+        "not closed by its own fix: {after:?}"
+    );
+    // Rolled back: the shared server is as it was.
+    assert_eq!(unsafe_defaults(&mut conn).await.unwrap(), found);
+}

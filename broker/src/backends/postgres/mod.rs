@@ -4,7 +4,8 @@
 //! - [`quote`]: the one identifier and the one literal quoting function;
 //! - [`scram`]: the SCRAM-SHA-256 verifier the broker sends instead of a password;
 //! - [`grants`]: broker-managed group roles that hold the table privileges;
-//! - [`users`]: creating and removing the throw-away roles.
+//! - [`users`]: creating and removing the throw-away roles;
+//! - [`check`]: server defaults that would let a user do more than its grant.
 //!
 //! The user name is chosen before anything exists downstream
 //! ([`Backend::downstream_ref`]) and stored with the lease, so whatever happens
@@ -13,6 +14,7 @@
 //! new logins: ending sessions and dropping the role is the revocation worker's
 //! job, driven by run end, capability revoke, and the expiry reaper.
 
+pub mod check;
 pub mod grants;
 pub mod quote;
 pub mod scram;
@@ -122,6 +124,13 @@ impl PostgresBackend {
 }
 
 impl Backend for PostgresBackend {
+    fn unsafe_defaults(&self) -> BoxFuture<'_, Result<Vec<super::Finding>, BackendError>> {
+        Box::pin(async move {
+            let mut conn = self.pool.acquire().await.map_err(classify)?;
+            check::unsafe_defaults(&mut conn).await.map_err(classify)
+        })
+    }
+
     fn kind(&self) -> &'static str {
         "postgres"
     }

@@ -1,0 +1,51 @@
+//! `tessera backends check NAME`: asks a backend's downstream server which of
+//! its defaults let a throw-away credential do more than its grant, and prints
+//! each with the statement that closes it. Offline: reads the backend from
+//! `tessera.toml` (and the environment it names) and connects as the broker.
+
+use crate::backends::mysql::MysqlBackend;
+use crate::backends::postgres::PostgresBackend;
+use crate::backends::Backend;
+use crate::config::{BackendConfig, Config};
+use anyhow::{bail, Context};
+use std::path::Path;
+
+pub async fn check(name: &str, config: &Path, json: bool) -> anyhow::Result<bool> {
+    let settings = Config::load_policy_settings(config)?;
+    let Some(backend_config) = settings.backends.get(name) else {
+        bail!("backend {name} is not in {}", config.display());
+    };
+    let backend: Box<dyn Backend> = match backend_config {
+        BackendConfig::Postgres(db) => {
+            Box::new(PostgresBackend::new(db).with_context(|| format!("backend {name}"))?)
+        }
+        BackendConfig::Mysql(db) => {
+            Box::new(MysqlBackend::new(db).with_context(|| format!("backend {name}"))?)
+        }
+        other => bail!(
+            "backend {name} is of kind {}: only database backends are checked",
+            other.kind()
+        ),
+    };
+    let findings = backend
+        .unsafe_defaults()
+        .await
+        .with_context(|| format!("backend {name}: cannot check the server"))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "backend": name, "findings": findings })
+        );
+    } else if findings.is_empty() {
+        println!(
+            "backend {name}: no unsafe default found ({} checks)",
+            backend.kind()
+        );
+    } else {
+        println!("backend {name}: {} unsafe default(s)", findings.len());
+        for f in &findings {
+            println!("\n  {}: {}\n  fix: {}", f.id, f.what, f.fix);
+        }
+    }
+    Ok(findings.is_empty())
+}
