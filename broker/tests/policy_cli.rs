@@ -414,12 +414,19 @@ fn backends_check_names_unsafe_defaults_with_their_fix() {
     // This machine's PostgreSQL keeps its defaults: findings, so exit 1.
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     assert!(stdout.contains("connect_public"), "{stdout}");
-    assert!(stdout.contains("fix: REVOKE CONNECT ON DATABASE"), "{stdout}");
+    assert!(
+        stdout.contains("fix: REVOKE CONNECT ON DATABASE"),
+        "{stdout}"
+    );
     assert!(stdout.contains("large_objects_public"), "{stdout}");
     assert!(!stdout.contains(&pg), "the URL is not printed: {stdout}");
     let token = run("svc");
     assert_eq!(token.status.code(), Some(2));
-    assert!(text(&token.stderr).contains("only database backends"), "{}", show(&token));
+    assert!(
+        text(&token.stderr).contains("only database backends"),
+        "{}",
+        show(&token)
+    );
     let missing = run("nope");
     assert_eq!(missing.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
