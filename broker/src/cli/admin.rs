@@ -8,23 +8,15 @@ use serde_json::{json, Value};
 use std::process::ExitCode;
 
 pub fn run(command: Command) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tessera: {e}");
-            return ExitCode::FAILURE;
+    super::block_on(async {
+        match dispatch(command).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tessera: {e:#}");
+                ExitCode::FAILURE
+            }
         }
-    };
-    match runtime.block_on(dispatch(command)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tessera: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 async fn dispatch(command: Command) -> anyhow::Result<()> {

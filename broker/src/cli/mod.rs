@@ -292,22 +292,28 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn backends_check(name: &str, config: &std::path::Path, json: bool) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    block_on(async {
+        match backends::check(name, config, json).await {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("tessera: {e:#}");
+                ExitCode::from(2)
+            }
+        }
+    })
+}
+
+/// Runs a client command's future on a single-threaded runtime.
+fn block_on(command: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(r) => r,
+        Ok(runtime) => runtime.block_on(command),
         Err(e) => {
             eprintln!("tessera: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(backends::check(name, config, json)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("tessera: {e:#}");
-            ExitCode::from(2)
+            ExitCode::FAILURE
         }
     }
 }

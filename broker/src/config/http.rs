@@ -165,23 +165,28 @@ impl AllowedHosts {
     /// Whether a request naming `host` (its `Host` header or `:authority`)
     /// is answered by a listener bound to `local`.
     pub fn allows(&self, host: &str, local: SocketAddr) -> bool {
-        let host = host.to_ascii_lowercase();
+        // Runs per request: no allocation, names compared without case
+        // (the configured list is stored lower-cased).
         match self {
             AllowedHosts::Any => true,
             AllowedHosts::Loopback => {
                 // `name:port`, the name one of the loopback spellings and the
-                // port the bound one (no allocation: this runs per request).
+                // port the bound one.
                 let Some((name, port)) = host.rsplit_once(':') else {
                     return false;
                 };
-                matches!(name, "127.0.0.1" | "localhost" | "[::1]")
+                ["127.0.0.1", "localhost", "[::1]"]
+                    .iter()
+                    .any(|n| name.eq_ignore_ascii_case(n))
                     && port.parse::<u16>().ok() == Some(local.port())
                     && !port.starts_with('+')
             }
             AllowedHosts::List(list) => {
-                let name = host_name(&host);
-                list.iter()
-                    .any(|h| *h == host || (host_name(h) == h.as_str() && h == name))
+                let name = host_name(host);
+                list.iter().any(|h| {
+                    h.eq_ignore_ascii_case(host)
+                        || (host_name(h) == h.as_str() && h.eq_ignore_ascii_case(name))
+                })
             }
         }
     }

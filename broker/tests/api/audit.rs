@@ -125,7 +125,7 @@ async fn rewrite_from(app: &TestApp, from_seq: i64, keep_key_id: bool) {
 /// Recomputes the links from `from_seq` on with the unkeyed SHA-256.
 async fn relink_unkeyed(app: &TestApp, from_seq: i64, keep_key_id: bool) {
     use sqlx::Row;
-    use tessera_broker::audit::{chain_hash, AuditEvent};
+    use tessera_broker::audit::chain_hash;
     let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
         .fetch_all(app.state.store.pool())
         .await
@@ -135,20 +135,7 @@ async fn relink_unkeyed(app: &TestApp, from_seq: i64, keep_key_id: bool) {
     for r in &rows {
         let seq: i64 = r.try_get("seq").unwrap();
         if seq >= from_seq {
-            let ev = AuditEvent {
-                event: Box::leak(r.try_get::<String, _>("event").unwrap().into_boxed_str()),
-                actor: r.try_get("actor").unwrap(),
-                decision: Box::leak(r.try_get::<String, _>("decision").unwrap().into_boxed_str()),
-                reason: r.try_get("reason").unwrap(),
-                run_id: r.try_get("run_id").unwrap(),
-                capability_id: r.try_get("capability_id").unwrap(),
-                user: r.try_get("user_name").unwrap(),
-                action: r.try_get("action").unwrap(),
-                resource: r.try_get("resource").unwrap(),
-                request_id: r.try_get("request_id").unwrap(),
-                detail: r.try_get("detail").unwrap(),
-                task_id: r.try_get("task_id").unwrap(),
-            };
+            let ev = crate::store::audit_event_of(r);
             let h = chain_hash(&prev, seq, r.try_get("at_ms").unwrap(), &ev);
             let key = if keep_key_id { "key_id" } else { "NULL" };
             let q = app

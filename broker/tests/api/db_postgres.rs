@@ -163,6 +163,44 @@ impl PgFixture {
     }
 }
 
+/// A broker account with only what docs/backends/databases.md lists
+/// (CREATEROLE, pg_signal_backend, grantable CONNECT, USAGE and SELECT on the
+/// fixture's `granted` table), and the backends that use it.
+async fn least_privileged_account(fx: &PgFixture) -> (String, DbBackends) {
+    let s = &fx.schema;
+    let account = format!("{s}_broker");
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {account} LOGIN CREATEROLE; GRANT pg_signal_backend TO {account};
+         GRANT CONNECT ON DATABASE postgres TO {account} WITH GRANT OPTION;
+         GRANT USAGE ON SCHEMA {s} TO {account} WITH GRANT OPTION;
+         GRANT SELECT ON {s}.granted TO {account} WITH GRANT OPTION;"
+    ))
+    .execute(&fx.admin)
+    .await
+    .unwrap();
+    let backends = DbBackends {
+        pg: pg_url().replace("postgres://postgres@", &format!("postgres://{account}@")),
+        ..DbBackends::default()
+    };
+    (account, backends)
+}
+
+/// Drops the account of [`least_privileged_account`] (once its broker is
+/// gone) and the fixture. The groups' grants were made by the account: its
+/// own privileges go first (cascading to what it granted).
+async fn drop_account(fx: PgFixture, account: &str) {
+    sqlx::raw_sql(&format!("DROP OWNED BY {account}"))
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+    let admin = fx.admin.clone();
+    fx.cleanup().await;
+    sqlx::raw_sql(&format!("DROP ROLE {account}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}
+
 /// Exchanges a capability; asserts success and returns the response.
 pub async fn exchange_ok(app: &TestApp, cap: &Value) -> Value {
     let resp = app.exchange(cap["token"].as_str().unwrap()).await;
@@ -860,20 +898,7 @@ async fn pg_all_tables_only_by_an_explicit_permit() {
 async fn pg_least_privileged_broker_account_suffices() {
     let fx = PgFixture::new().await;
     let s = &fx.schema;
-    let account = format!("{s}_broker");
-    sqlx::raw_sql(&format!(
-        "CREATE ROLE {account} LOGIN CREATEROLE; GRANT pg_signal_backend TO {account};
-         GRANT CONNECT ON DATABASE postgres TO {account} WITH GRANT OPTION;
-         GRANT USAGE ON SCHEMA {s} TO {account} WITH GRANT OPTION;
-         GRANT SELECT ON {s}.granted TO {account} WITH GRANT OPTION;"
-    ))
-    .execute(&fx.admin)
-    .await
-    .unwrap();
-    let backends = DbBackends {
-        pg: pg_url().replace("postgres://postgres@", &format!("postgres://{account}@")),
-        ..DbBackends::default()
-    };
+    let (account, backends) = least_privileged_account(&fx).await;
     let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
@@ -902,18 +927,7 @@ async fn pg_least_privileged_broker_account_suffices() {
     assert!(!fx.role_exists(&user).await);
     assert!(select(&mut open, "pg_class").await.is_err(), "session cut");
     drop(app);
-    // The groups' grants were made by the broker's account: revoke its own
-    // privileges (cascading to what it granted) before the fixture's cleanup.
-    sqlx::raw_sql(&format!("DROP OWNED BY {account}"))
-        .execute(&fx.admin)
-        .await
-        .unwrap();
-    let admin = fx.admin.clone();
-    fx.cleanup().await;
-    sqlx::raw_sql(&format!("DROP ROLE {account}"))
-        .execute(&admin)
-        .await
-        .unwrap();
+    drop_account(fx, &account).await;
 }
 
 /// An `insert` capability on a table with a `serial` or identity column can
@@ -978,21 +992,7 @@ async fn pg_insert_covers_the_tables_own_sequences() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_users_that_own_objects_are_removed_with_their_batch() {
     let fx = PgFixture::new().await;
-    let s = &fx.schema;
-    let account = format!("{s}_broker");
-    sqlx::raw_sql(&format!(
-        "CREATE ROLE {account} LOGIN CREATEROLE; GRANT pg_signal_backend TO {account};
-         GRANT CONNECT ON DATABASE postgres TO {account} WITH GRANT OPTION;
-         GRANT USAGE ON SCHEMA {s} TO {account} WITH GRANT OPTION;
-         GRANT SELECT ON {s}.granted TO {account} WITH GRANT OPTION;"
-    ))
-    .execute(&fx.admin)
-    .await
-    .unwrap();
-    let backends = DbBackends {
-        pg: pg_url().replace("postgres://postgres@", &format!("postgres://{account}@")),
-        ..DbBackends::default()
-    };
+    let (account, backends) = least_privileged_account(&fx).await;
     let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
@@ -1043,16 +1043,7 @@ async fn pg_users_that_own_objects_are_removed_with_their_batch() {
     assert_eq!(left, 0);
     drop(sessions);
     drop(app);
-    sqlx::raw_sql(&format!("DROP OWNED BY {account}"))
-        .execute(&fx.admin)
-        .await
-        .unwrap();
-    let admin = fx.admin.clone();
-    fx.cleanup().await;
-    sqlx::raw_sql(&format!("DROP ROLE {account}"))
-        .execute(&admin)
-        .await
-        .unwrap();
+    drop_account(fx, &account).await;
 }
 
 /// `unsafe_defaults` names what this server leaves open to every role, and the

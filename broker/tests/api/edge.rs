@@ -2,7 +2,7 @@
 //! descriptor limit matters: half-sent requests beyond the open-file limit,
 //! idle keep-alive, a huge declared body, a foreign `Host`, h2c.
 
-use crate::helpers::{Db, Extra, TestApp};
+use crate::helpers::{Db, Extra, ProcessBroker, TestApp};
 use reqwest::StatusCode;
 use rustls::pki_types::pem::PemObject;
 use std::net::SocketAddr;
@@ -54,6 +54,25 @@ async fn probe(client: &reqwest::Client, url: &str) -> Option<StatusCode> {
     }
 }
 
+/// How long after `since` a new connection was served (`attempt` returns
+/// true); fails the test if none was within 8 s (the 2 s deadline, a margin).
+async fn served_again<F, Fut>(since: Instant, broker: &ProcessBroker, mut attempt: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    while since.elapsed() < Duration::from_secs(8) {
+        if attempt().await {
+            return since.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no connection served within 8 s of the flood; broker log:\n{}",
+        broker.log_text()
+    );
+}
+
 /// Half-open sockets beyond the open-file limit: a good client keeps getting
 /// answers (a quick 503 while every slot is held, 200 once the header timeout
 /// has closed the slow ones), and all is well once they go.
@@ -102,21 +121,11 @@ async fn survives_half_open_flood(app: &TestApp, url: &str, client: reqwest::Cli
     }
     // Within the header timeout (2 s) plus a margin the slow ones are cut and
     // new connections are served again.
-    let mut ok_after = None;
-    while flooded.elapsed() < Duration::from_secs(8) {
+    let ok_after = served_again(flooded, &broker, || async {
         let answer = text(&raw(broker.addr, fresh().as_bytes(), Duration::from_secs(2)).await);
-        if answer.starts_with("HTTP/1.1 200") {
-            ok_after = Some(flooded.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let ok_after = ok_after.unwrap_or_else(|| {
-        panic!(
-            "no 200 within 8 s of the flood; broker log:\n{}",
-            broker.log_text()
-        )
-    });
+        answer.starts_with("HTTP/1.1 200")
+    })
+    .await;
     eprintln!("{url}: 200 again {ok_after:?} after 400 half-open connections");
     drop(held);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -187,20 +196,10 @@ async fn half_open_connections_on_the_tls_listener_do_not_starve_clients() {
     // The connected client keeps working; a new one is served once the
     // handshake deadline (2 s) has cut the silent connections.
     assert_eq!(probe(&c, &url).await, Some(StatusCode::OK));
-    let mut ok_after = None;
-    while flooded.elapsed() < Duration::from_secs(8) {
-        if probe(&client(broker.addr.port()), &url).await == Some(StatusCode::OK) {
-            ok_after = Some(flooded.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let ok_after = ok_after.unwrap_or_else(|| {
-        panic!(
-            "TLS: no 200 within 15 s of the flood:\n{}",
-            broker.log_text()
-        )
-    });
+    let ok_after = served_again(flooded, &broker, || async {
+        probe(&client(broker.addr.port()), &url).await == Some(StatusCode::OK)
+    })
+    .await;
     eprintln!("TLS: 200 again {ok_after:?} after 400 half-open connections");
     drop(held);
     tokio::time::sleep(Duration::from_millis(200)).await;

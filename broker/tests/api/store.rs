@@ -39,6 +39,24 @@ async fn audit_chain_links_every_decision(app: TestApp) {
     }
 }
 
+/// An audit row read back as the event it was written from (what its link covers).
+pub fn audit_event_of(r: &sqlx::any::AnyRow) -> AuditEvent {
+    AuditEvent {
+        event: Box::leak(r.try_get::<String, _>("event").unwrap().into_boxed_str()),
+        actor: r.try_get("actor").unwrap(),
+        decision: Box::leak(r.try_get::<String, _>("decision").unwrap().into_boxed_str()),
+        reason: r.try_get("reason").unwrap(),
+        run_id: r.try_get("run_id").unwrap(),
+        capability_id: r.try_get("capability_id").unwrap(),
+        user: r.try_get("user_name").unwrap(),
+        action: r.try_get("action").unwrap(),
+        resource: r.try_get("resource").unwrap(),
+        request_id: r.try_get("request_id").unwrap(),
+        detail: r.try_get("detail").unwrap(),
+        task_id: r.try_get("task_id").unwrap(),
+    }
+}
+
 /// Recomputes every hash of the audit chain; returns the events in order.
 pub async fn verify_audit_chain(app: &TestApp) -> Vec<String> {
     let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
@@ -66,20 +84,7 @@ pub async fn verify_audit_chain(app: &TestApp) -> Vec<String> {
         let seq: i64 = r.try_get("seq").unwrap();
         assert_eq!(seq, i as i64 + 1);
         assert_eq!(r.try_get::<String, _>("prev_hash").unwrap(), prev);
-        let ev = AuditEvent {
-            event: Box::leak(r.try_get::<String, _>("event").unwrap().into_boxed_str()),
-            actor: r.try_get("actor").unwrap(),
-            decision: Box::leak(r.try_get::<String, _>("decision").unwrap().into_boxed_str()),
-            reason: r.try_get("reason").unwrap(),
-            run_id: r.try_get("run_id").unwrap(),
-            capability_id: r.try_get("capability_id").unwrap(),
-            user: r.try_get("user_name").unwrap(),
-            action: r.try_get("action").unwrap(),
-            resource: r.try_get("resource").unwrap(),
-            request_id: r.try_get("request_id").unwrap(),
-            detail: r.try_get("detail").unwrap(),
-            task_id: r.try_get("task_id").unwrap(),
-        };
+        let ev = audit_event_of(r);
         let h = chain_mac(&key, &prev, seq, r.try_get("at_ms").unwrap(), &ev);
         assert_eq!(r.try_get::<String, _>("hash").unwrap(), h, "row {seq}");
         prev = h;
