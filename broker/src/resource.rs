@@ -276,6 +276,8 @@ mod tests {
                 max_connections: 4,
                 scram_iterations: 4096,
                 actions,
+                strict: true,
+                account_host: Some("%".into()),
             };
         BTreeMap::from([
             (

@@ -103,6 +103,12 @@ fn backend_error(e: &BackendError) -> ApiError {
         BackendError::Unsupported { code, message } => {
             ApiError::bad_request(code, message.clone())
         }
+        BackendError::UnsafeDefaults(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backend_unsafe_defaults",
+            "the downstream server has defaults that would let a credential do more than its grant; \
+             nothing is issued until an operator fixes them (tessera backends check)",
+        ),
         BackendError::Rejected(_) => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "backend_rejected",

@@ -230,8 +230,10 @@ pub fn grant_parts<'a>(
         .ok_or_else(|| Rejected("not a database action".into()))?;
     let path = parse_path(dialect, grant.path, true)
         .ok_or_else(|| Rejected(format!("not a {} resource path", dialect.kind())))?;
+    // A MariaDB ref also names the account's host (`user@host`).
     let user = grant
         .downstream_ref
+        .map(|r| r.split_once('@').map_or(r, |(u, _)| u))
         .filter(|u| is_user_name(u))
         .ok_or_else(|| Rejected("no user name was reserved".into()))?;
     Ok((privilege, path, user))

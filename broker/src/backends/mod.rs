@@ -15,6 +15,7 @@ pub mod aws;
 pub mod database;
 pub mod mysql;
 pub mod postgres;
+pub mod strict;
 pub mod token;
 
 use crate::capability::CapabilityClaims;
@@ -45,6 +46,10 @@ pub enum BackendError {
     /// downstream's size limit). `message` is safe to show the caller.
     #[error("{message}")]
     Unsupported { code: &'static str, message: String },
+    /// Strict mode: the server has these findings ([`Finding::id`]); nothing is
+    /// issued until an operator fixes them (`tessera backends check NAME`).
+    #[error("unsafe server defaults: {}", .0.join(", "))]
+    UnsafeDefaults(Vec<&'static str>),
 }
 
 /// A downstream server default that lets a credential do more than its grant,
@@ -54,6 +59,9 @@ pub struct Finding {
     pub id: &'static str,
     pub what: String,
     pub fix: String,
+    /// Whether strict mode refuses to issue while this is found (false for
+    /// what the server may show for a moment in normal use).
+    pub strict: bool,
 }
 
 /// One lease whose downstream objects must go, with why.

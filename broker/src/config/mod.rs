@@ -126,6 +126,8 @@ struct RawDatabaseBackend {
     connection_limit: Option<u32>,
     max_connections: Option<u32>,
     scram_iterations: Option<u32>,
+    strict: Option<bool>,
+    account_host: Option<String>,
 }
 
 /// Server-wide caps that bound every policy's annotations.
@@ -202,6 +204,11 @@ pub struct DatabaseBackendConfig {
     pub scram_iterations: u32,
     /// Allowed actions (default: all of `select`, `insert`, `update`, `delete`).
     pub actions: Option<Vec<String>>,
+    /// Refuse to issue while the server has unsafe defaults (default: on).
+    pub strict: bool,
+    /// `mysql` only: the host part of every throw-away account
+    /// (`'tsr_…'@'<account_host>'`); `None` for `postgres`.
+    pub account_host: Option<String>,
 }
 
 impl std::fmt::Debug for DatabaseBackendConfig {
@@ -215,6 +222,8 @@ impl std::fmt::Debug for DatabaseBackendConfig {
             .field("max_connections", &self.max_connections)
             .field("scram_iterations", &self.scram_iterations)
             .field("actions", &self.actions)
+            .field("strict", &self.strict)
+            .field("account_host", &self.account_host)
             .finish()
     }
 }
@@ -745,6 +754,31 @@ fn resolve_database(
             }
         }
     }
+    let account_host = match (dialect, b.account_host) {
+        (DbDialect::Postgres, None) => None,
+        (DbDialect::Postgres, Some(_)) => {
+            return Err(err(
+                &format!("{setting}.account_host"),
+                "only for kind \"mysql\"",
+            ))
+        }
+        (DbDialect::Mysql, None) => {
+            return Err(err(
+                &format!("{setting}.account_host"),
+                "required for kind \"mysql\": the host pattern throw-away accounts may connect from, \
+                 e.g. \"10.0.%\" for the agents' network or \"%\" for any host (docs/backends/databases.md)",
+            ))
+        }
+        (DbDialect::Mysql, Some(h)) => {
+            if !crate::backends::mysql::quote::is_host_pattern(&h) {
+                return Err(err(
+                    &format!("{setting}.account_host"),
+                    "must be a host name, IP address or pattern of [A-Za-z0-9.:_%-], at most 255 bytes",
+                ));
+            }
+            Some(h)
+        }
+    };
     Ok(DatabaseBackendConfig {
         url: secrecy::SecretString::from(url),
         database,
@@ -754,6 +788,8 @@ fn resolve_database(
         max_connections,
         scram_iterations,
         actions: b.actions,
+        strict: b.strict.unwrap_or(true),
+        account_host,
     })
 }
 
@@ -983,7 +1019,7 @@ mod tests {
         };
         let c = Config::from_toml(
             "[backends.pg-main]\nkind = \"postgres\"\nurl_env = \"PG\"\n\
-             [backends.shop]\nkind = \"mysql\"\nurl_env = \"MY\"\npublic_host = \"shop.db\"\nconnection_limit = 5\nactions = [\"select\"]",
+             [backends.shop]\nkind = \"mysql\"\nurl_env = \"MY\"\npublic_host = \"shop.db\"\nconnection_limit = 5\nactions = [\"select\"]\naccount_host = \"10.0.%\"",
             &o,
             &env,
         )
@@ -1005,6 +1041,9 @@ mod tests {
         };
         assert_eq!((my.public_host.as_str(), my.public_port), ("shop.db", 3306));
         assert_eq!(my.connection_limit, 5);
+        assert_eq!(my.account_host.as_deref(), Some("10.0.%"));
+        assert!(my.strict && pg.strict, "strict mode is the default");
+        assert_eq!(pg.account_host, None);
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
 
@@ -1023,12 +1062,25 @@ mod tests {
                 "backends.b.url_env",
             ),
             (
-                "kind = \"mysql\"\nurl_env = \"MY\"\nactions = [\"drop\"]",
+                "kind = \"mysql\"\nurl_env = \"MY\"\naccount_host = \"%\"\nactions = [\"drop\"]",
                 "backends.b.actions",
             ),
             (
-                "kind = \"mysql\"\nurl_env = \"MY\"\nconnection_limit = 0",
+                "kind = \"mysql\"\nurl_env = \"MY\"\naccount_host = \"%\"\nconnection_limit = 0",
                 "backends.b.connection_limit",
+            ),
+            // The host of throw-away accounts is the operator's choice, never implied.
+            (
+                "kind = \"mysql\"\nurl_env = \"MY\"",
+                "backends.b.account_host",
+            ),
+            (
+                "kind = \"mysql\"\nurl_env = \"MY\"\naccount_host = \"a'b\"",
+                "backends.b.account_host",
+            ),
+            (
+                "kind = \"postgres\"\nurl_env = \"PG\"\naccount_host = \"%\"",
+                "backends.b.account_host",
             ),
             (
                 // Unknown to the kind: rejected by name (`unknown field audience`).

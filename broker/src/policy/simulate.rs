@@ -87,6 +87,8 @@ pub fn unconfigured_backend(kind: &str) -> Option<BackendConfig> {
         max_connections: 0,
         scram_iterations: 0,
         actions: None,
+        strict: true,
+        account_host: None,
     };
     match kind {
         "postgres" => Some(BackendConfig::Postgres(database())),

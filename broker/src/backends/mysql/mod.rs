@@ -2,6 +2,7 @@
 //! account with exactly one privilege on exactly one table, removed for real on
 //! revocation.
 //!
+//! - [`check`]: server settings that would let an account do more than its grant;
 //! - [`quote`]: the one identifier, literal and account quoting functions;
 //! - [`native_password`]: the password hash sent instead of the password;
 //! - [`users`]: creating (with their one grant) and removing the throw-away
@@ -11,6 +12,7 @@
 //! revoked: by run end, capability revoke, or the expiry reaper, which is what
 //! makes the capability's expiry true downstream.
 
+pub mod check;
 pub mod native_password;
 pub mod quote;
 pub mod users;
@@ -37,6 +39,8 @@ pub struct MysqlBackend {
     public_host: String,
     public_port: u16,
     connection_limit: u32,
+    account_host: String,
+    strict: super::strict::StrictGate,
 }
 
 pub fn has_number(e: &sqlx::Error, numbers: &[u16]) -> bool {
@@ -78,6 +82,11 @@ impl MysqlBackend {
             public_host: config.public_host.clone(),
             public_port: config.public_port,
             connection_limit: config.connection_limit,
+            account_host: config
+                .account_host
+                .clone()
+                .ok_or_else(|| BackendError::Unavailable("account_host is not set".into()))?,
+            strict: super::strict::StrictGate::new(config.strict),
         })
     }
 
@@ -95,8 +104,15 @@ impl MysqlBackend {
         }
         let password = database::new_password();
         let hash = native_password::hash(password.expose_secret());
-        let statements = users::create_sql(user, &hash, self.connection_limit, path, privilege)
-            .map_err(|e| BackendError::Rejected(e.to_string()))?;
+        let statements = users::create_sql(
+            user,
+            &self.account_host,
+            &hash,
+            self.connection_limit,
+            path,
+            privilege,
+        )
+        .map_err(|e| BackendError::Rejected(e.to_string()))?;
         users::create(&self.pool, &statements).await?;
         Ok(password)
     }
@@ -112,12 +128,20 @@ impl Backend for MysqlBackend {
     }
 
     fn downstream_ref(&self, claims: &CapabilityClaims, _lease_id: &str) -> Option<String> {
-        Some(database::user_name(&claims.run))
+        Some(users::account_ref(
+            &database::user_name(&claims.run),
+            &self.account_host,
+        ))
+    }
+
+    fn unsafe_defaults(&self) -> BoxFuture<'_, Result<Vec<super::Finding>, BackendError>> {
+        Box::pin(async move { check::unsafe_defaults(&self.pool).await.map_err(classify) })
     }
 
     fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>> {
         Box::pin(async move {
             let (privilege, path, user) = database::grant_parts(Dialect::Mysql, &grant)?;
+            self.strict.admit(|| self.unsafe_defaults()).await?;
             let password = self.create_user(&path, privilege, user).await?;
             let expires_at = grant.claims.exp;
             Ok(Issued {

@@ -42,9 +42,20 @@ pub fn literal(value: &str) -> Result<String, Unquotable> {
     Ok(format!("'{}'", value.replace('\'', "''")))
 }
 
-/// An account: `'user'@'%'`.
-pub fn account(user: &str) -> Result<String, Unquotable> {
-    Ok(format!("{}@'%'", literal(user)?))
+/// An account: `'user'@'host'`. `host` is the operator's `account_host`
+/// pattern, already checked by [`is_host_pattern`].
+pub fn account(user: &str, host: &str) -> Result<String, Unquotable> {
+    Ok(format!("{}@{}", literal(user)?, literal(host)?))
+}
+
+/// What `account_host` may be: a host name, an IP address, or a pattern of
+/// them with `%`/`_` wildcards (netmask forms like `10.0.0.0/255.0.0.0` are
+/// not accepted: a `/` is not in the set). 1–255 bytes.
+pub fn is_host_pattern(host: &str) -> bool {
+    (1..=255).contains(&host.len())
+        && host
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b':' | b'_' | b'%' | b'-'))
 }
 
 #[cfg(test)]
@@ -59,7 +70,12 @@ mod tests {
         assert_eq!(literal("it's").unwrap(), "'it''s'");
         assert_eq!(literal("a\\"), Err(Unquotable));
         assert_eq!(literal("a\0"), Err(Unquotable));
-        assert_eq!(account("tsr_x").unwrap(), "'tsr_x'@'%'");
+        assert_eq!(account("tsr_x", "%").unwrap(), "'tsr_x'@'%'");
+        assert_eq!(account("tsr_x", "10.0.%").unwrap(), "'tsr_x'@'10.0.%'");
+        assert!(is_host_pattern("%") && is_host_pattern("10.0.%") && is_host_pattern("::1"));
+        for bad in ["", "a b", "a'b", "a\\b", "10.0.0.0/8", "x;"] {
+            assert!(!is_host_pattern(bad), "{bad}");
+        }
         assert_eq!(grant_database("rt_my_main").unwrap(), "`rt\\_my\\_main`");
         assert_eq!(grant_database("a%b").unwrap(), "`a\\%b`");
         assert_eq!(grant_database("a\\_b"), Err(Unquotable));

@@ -1,4 +1,7 @@
-//! Throw-away MariaDB/MySQL accounts: `'tsr_…'@'%'`, created per exchange.
+//! Throw-away MariaDB/MySQL accounts: `'tsr_…'@'<account_host>'`, created per
+//! exchange. The revocation ref is `tsr_…@<account_host>`, so an account is
+//! removed under the host it was created with even after the setting changes
+//! (a bare name, from before the setting existed, means `%`).
 //!
 //! Created with the password's `mysql_native_password` hash (never the
 //! plaintext) and a per-user connection limit, then granted the one privilege
@@ -19,7 +22,7 @@
 //! which removes their grants too. Every step tolerates users that are already
 //! gone, so removal is idempotent.
 
-use super::quote::{account, grant_database, ident, literal, Unquotable};
+use super::quote::{account, grant_database, ident, is_host_pattern, literal, Unquotable};
 use crate::backends::database::{is_user_name, DbPath, Privilege, Table};
 use crate::backends::BackendError;
 use sqlx::{MySqlPool, Row};
@@ -31,12 +34,13 @@ const NO_SUCH_THREAD: u16 = 1094;
 /// The statements that create one user with its one grant, in order.
 pub fn create_sql(
     user: &str,
+    host: &str,
     password_hash: &str,
     connection_limit: u32,
     path: &DbPath,
     privilege: Privilege,
 ) -> Result<[String; 2], Unquotable> {
-    let acct = account(user)?;
+    let acct = account(user, host)?;
     // A table-level grant names its database literally; a database-level one
     // matches it as a pattern, so its wildcards are escaped.
     let (database, table) = match &path.table {
@@ -67,25 +71,42 @@ pub async fn create(pool: &MySqlPool, statements: &[String]) -> Result<(), Backe
 
 /// Locks, disconnects and drops `users`; names that are not broker user names
 /// are ignored.
-pub async fn drop_all(pool: &MySqlPool, users: &[String]) -> Result<(), BackendError> {
-    let ours: Vec<&String> = users.iter().filter(|u| is_user_name(u)).collect();
+pub async fn drop_all(pool: &MySqlPool, refs: &[String]) -> Result<(), BackendError> {
+    let ours: Vec<(&str, &str)> = refs.iter().filter_map(|r| parse_ref(r)).collect();
+    if ours.len() < refs.len() {
+        tracing::warn!(
+            ignored = refs.len() - ours.len(),
+            "revocation refs that are not broker accounts were ignored"
+        );
+    }
     for chunk in ours.chunks(BATCH) {
         drop_batch(pool, chunk).await?;
     }
     Ok(())
 }
 
-async fn drop_batch(pool: &MySqlPool, users: &[&String]) -> Result<(), BackendError> {
+/// The revocation ref of `user` created under `host`.
+pub fn account_ref(user: &str, host: &str) -> String {
+    format!("{user}@{host}")
+}
+
+/// `(user, host)` of a ref; `None` for anything that is not a broker account.
+pub fn parse_ref(r: &str) -> Option<(&str, &str)> {
+    let (user, host) = r.split_once('@').unwrap_or((r, "%"));
+    (is_user_name(user) && is_host_pattern(host)).then_some((user, host))
+}
+
+async fn drop_batch(pool: &MySqlPool, users: &[(&str, &str)]) -> Result<(), BackendError> {
     let rejected = |e: Unquotable| BackendError::Rejected(e.to_string());
     let accounts = users
         .iter()
-        .map(|u| account(u))
+        .map(|(u, h)| account(u, h))
         .collect::<Result<Vec<_>, _>>()
         .map_err(rejected)?
         .join(", ");
     let names = users
         .iter()
-        .map(|u| literal(u))
+        .map(|(u, _)| literal(u))
         .collect::<Result<Vec<_>, _>>()
         .map_err(rejected)?
         .join(", ");
@@ -127,20 +148,51 @@ mod tests {
     fn create_statements_carry_the_hash_not_the_password() {
         use crate::backends::database::{parse_path, Dialect};
         let path = parse_path(Dialect::Mysql, "shop.orders", true).unwrap();
-        let [create, grant] = create_sql("tsr_u", "*ABC", 2, &path, Privilege::Insert).unwrap();
+        let [create, grant] =
+            create_sql("tsr_u", "%", "*ABC", 2, &path, Privilege::Insert).unwrap();
         assert_eq!(
             create,
             "CREATE USER 'tsr_u'@'%' IDENTIFIED BY PASSWORD '*ABC' WITH MAX_USER_CONNECTIONS 2"
         );
         assert_eq!(grant, "GRANT INSERT ON `shop`.`orders` TO 'tsr_u'@'%'");
         let all = parse_path(Dialect::Mysql, "shop.*", true).unwrap();
-        let [_, grant] = create_sql("tsr_u", "*ABC", 2, &all, Privilege::Select).unwrap();
+        let [_, grant] = create_sql("tsr_u", "%", "*ABC", 2, &all, Privilege::Select).unwrap();
         assert_eq!(grant, "GRANT SELECT ON `shop`.* TO 'tsr_u'@'%'");
         let underscored = parse_path(Dialect::Mysql, "rt_my_main.*", true).unwrap();
-        let [_, grant] = create_sql("tsr_u", "*ABC", 2, &underscored, Privilege::Select).unwrap();
+        let [_, grant] =
+            create_sql("tsr_u", "%", "*ABC", 2, &underscored, Privilege::Select).unwrap();
         assert_eq!(grant, "GRANT SELECT ON `rt\\_my\\_main`.* TO 'tsr_u'@'%'");
         let table = parse_path(Dialect::Mysql, "rt_my_main.t_1", true).unwrap();
-        let [_, grant] = create_sql("tsr_u", "*ABC", 2, &table, Privilege::Select).unwrap();
+        let [_, grant] = create_sql("tsr_u", "%", "*ABC", 2, &table, Privilege::Select).unwrap();
         assert_eq!(grant, "GRANT SELECT ON `rt_my_main`.`t_1` TO 'tsr_u'@'%'");
+        let [create, _] =
+            create_sql("tsr_u", "10.1.%", "*ABC", 2, &table, Privilege::Select).unwrap();
+        assert!(
+            create.starts_with("CREATE USER 'tsr_u'@'10.1.%' "),
+            "{create}"
+        );
+    }
+
+    #[test]
+    fn refs_name_their_host_and_nothing_else_is_touched() {
+        let user = crate::backends::database::user_name("8d4f0a4e-1c2b-4f7a-9e3d-5b6c7d8e9f01");
+        assert_eq!(
+            parse_ref(&account_ref(&user, "10.0.%")),
+            Some((user.as_str(), "10.0.%"))
+        );
+        assert_eq!(
+            parse_ref(&user),
+            Some((user.as_str(), "%")),
+            "refs from before account_host"
+        );
+        for bad in [
+            "root@%".to_owned(),
+            format!("{user}@a b"),
+            format!("{user}@"),
+            format!("{user}@x'y"),
+            "tsr_g_abc@%".to_owned(),
+        ] {
+            assert_eq!(parse_ref(&bad), None, "{bad}");
+        }
     }
 }
