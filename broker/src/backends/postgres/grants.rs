@@ -1,11 +1,13 @@
-//! Broker-managed group roles: the one place privileges are granted.
+//! The one place privileges are granted: broker-managed group roles on
+//! PostgreSQL 16+, the user's own grants before ([`direct_sql`]).
 //!
 //! Why groups: granting every throw-away user directly on a table appends one
 //! entry per user to the table's ACL, and PostgreSQL refuses every GRANT on the
 //! table once the ACL no longer fits in a row ("row is too big", after about
 //! 2,400 live users here). The same holds for a schema's USAGE and a database's
 //! CONNECT. So privileges are held by NOLOGIN roles, three levels deep, and a
-//! user is only made a member of the lowest (`CREATE ROLE … IN ROLE`), which
+//! user is only made a member of the lowest (`GRANT … WITH INHERIT TRUE, SET
+//! FALSE`: it uses the group's privileges but cannot act as the group), which
 //! touches `pg_auth_members`, never an ACL:
 //!
 //! - `tsr_d_<hash>` per database: CONNECT on it;
@@ -107,9 +109,17 @@ impl Groups {
 /// sequences the table's own `serial`/identity columns own (for `*`, on every
 /// sequence of the schema), and on nothing else.
 async fn grant_sequences(pool: &PgPool, group: &str, path: &DbPath) -> Result<(), BackendError> {
+    match sequences_target(pool, path).await? {
+        Some(target) => grant(pool, &format!("GRANT USAGE ON {target} TO {}", q(group)?)).await,
+        None => Ok(()),
+    }
+}
+
+/// The GRANT target of [`grant_sequences`]: `None` when the table owns none.
+async fn sequences_target(pool: &PgPool, path: &DbPath) -> Result<Option<String>, BackendError> {
     let schema = path.schema.as_deref().unwrap_or("public");
-    let target = match &path.table {
-        Table::All => format!("ALL SEQUENCES IN SCHEMA {}", q(schema)?),
+    match &path.table {
+        Table::All => Ok(Some(format!("ALL SEQUENCES IN SCHEMA {}", q(schema)?))),
         Table::Named(table) => {
             // Sequences a column of this table owns (serial: auto, identity: internal).
             let owned: Vec<(String, String)> = sqlx::query_as(
@@ -127,16 +137,65 @@ async fn grant_sequences(pool: &PgPool, group: &str, path: &DbPath) -> Result<()
             .await
             .map_err(super::classify)?;
             if owned.is_empty() {
-                return Ok(());
+                return Ok(None);
             }
             let names = owned
                 .iter()
                 .map(|(n, s)| Ok(format!("{}.{}", q(n)?, q(s)?)))
                 .collect::<Result<Vec<_>, BackendError>>()?;
-            format!("SEQUENCE {}", names.join(", "))
+            Ok(Some(format!("SEQUENCE {}", names.join(", "))))
         }
-    };
-    grant(pool, &format!("GRANT USAGE ON {target} TO {}", q(group)?)).await
+    }
+}
+
+/// PostgreSQL 15 and older: the GRANTs that give `user` itself the privilege
+/// on `path` — CONNECT on the database and USAGE on the schema unless PUBLIC
+/// has them, the table privilege, and (insert) the table's sequences — to run
+/// in the transaction that creates the user.
+///
+/// Why not a group, as on 16+: before 16 every member of a role may `SET ROLE`
+/// to it, and a user acting as a group shared with other runs can leave state
+/// that outlives it and that the next run's users read (`ALTER ROLE
+/// CURRENT_USER SET …`, default privileges, and whatever the server lets every
+/// role create). A user holding its grants itself has nothing to act as. The
+/// cost is one ACL entry per live user on the table (and on the schema and
+/// database where PUBLIC lacks USAGE/CONNECT): about 2,400 live users per
+/// object before PostgreSQL refuses further GRANTs (docs/backends/databases.md).
+pub async fn direct_sql(
+    pool: &PgPool,
+    user: &str,
+    path: &DbPath,
+    privilege: Privilege,
+) -> Result<String, BackendError> {
+    let schema = path.schema.as_deref().unwrap_or("public");
+    let (public_connect, public_usage): (bool, bool) = sqlx::query_as(
+        "SELECT has_database_privilege('public', current_database(), 'CONNECT'), \
+         COALESCE((SELECT has_schema_privilege('public', oid, 'USAGE') \
+                   FROM pg_namespace WHERE nspname = $1), false)",
+    )
+    .bind(schema)
+    .fetch_one(pool)
+    .await
+    .map_err(super::classify)?;
+    let u = q(user)?;
+    let mut sql = String::new();
+    if !public_connect {
+        sql += &format!("GRANT CONNECT ON DATABASE {} TO {u};", q(&path.database)?);
+    }
+    if !public_usage {
+        sql += &format!("GRANT USAGE ON SCHEMA {} TO {u};", q(schema)?);
+    }
+    sql += &format!(
+        "GRANT {} ON {} TO {u};",
+        privilege.sql(),
+        table_target(path).map_err(quote_error)?
+    );
+    if privilege == Privilege::Insert {
+        if let Some(target) = sequences_target(pool, path).await? {
+            sql += &format!("GRANT USAGE ON {target} TO {u};");
+        }
+    }
+    Ok(sql)
 }
 
 fn q(name: &str) -> Result<String, BackendError> {
@@ -160,7 +219,7 @@ async fn grant(pool: &PgPool, sql: &str) -> Result<(), BackendError> {
     loop {
         match sqlx::raw_sql(sql).execute(pool).await {
             Ok(_) => return Ok(()),
-            Err(e) if attempt < 5 && has_code(&e, &[INTERNAL_ERROR]) => {
+            Err(e) if attempt < 5 && is_concurrent_update(&e) => {
                 attempt += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
             }
@@ -177,16 +236,27 @@ fn table_grant_sql(
     privilege: Privilege,
 ) -> Result<String, Unquotable> {
     let group = ident(group)?;
-    let schema = ident(path.schema.as_deref().unwrap_or("public"))?;
-    let target = match &path.table {
-        Table::Named(t) => format!("TABLE {schema}.{}", ident(t)?),
-        Table::All => format!("ALL TABLES IN SCHEMA {schema}"),
-    };
+    let target = table_target(path)?;
     Ok(format!(
         "GRANT {privilege} ON {target} TO {group}; GRANT {} TO {group};",
         ident(schema_group)?,
         privilege = privilege.sql(),
     ))
+}
+
+/// `TABLE s.t` or `ALL TABLES IN SCHEMA s`.
+fn table_target(path: &DbPath) -> Result<String, Unquotable> {
+    let schema = ident(path.schema.as_deref().unwrap_or("public"))?;
+    Ok(match &path.table {
+        Table::Named(t) => format!("TABLE {schema}.{}", ident(t)?),
+        Table::All => format!("ALL TABLES IN SCHEMA {schema}"),
+    })
+}
+
+/// Whether `e` is "tuple concurrently updated": two sessions changed one
+/// catalog row (an ACL) at once; the statement can be run again.
+pub fn is_concurrent_update(e: &sqlx::Error) -> bool {
+    has_code(e, &[INTERNAL_ERROR]) && e.to_string().contains("concurrently")
 }
 
 pub fn has_code(e: &sqlx::Error, codes: &[&str]) -> bool {

@@ -30,11 +30,23 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions;
 use std::time::Duration;
 
+/// The first `server_version_num` with `GRANT … WITH INHERIT …, SET …`
+/// (PostgreSQL 16): from here on, users are members of shared groups that
+/// they cannot act as; before, they hold their grants themselves.
+pub const MEMBERSHIP_OPTIONS: u32 = 160_000;
+
 /// How long an exchange waits for a connection before answering 503.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub struct PostgresBackend {
     pool: PgPool,
+    /// The broker's connection options, for reaching other databases at removal.
+    options: PgConnectOptions,
+    /// `server_version_num`, asked once.
+    version: tokio::sync::OnceCell<u32>,
+    /// Serialises statements that rewrite a shared ACL (PostgreSQL 15).
+    acl: tokio::sync::Mutex<()>,
+    strict: super::strict::StrictGate,
     database: String,
     public_host: String,
     public_port: u16,
@@ -44,8 +56,9 @@ pub struct PostgresBackend {
 }
 
 /// SQLSTATEs that mean the grant itself is impossible (no such table, schema
-/// or database), as opposed to the server being unreachable.
-const NO_SUCH_OBJECT: [&str; 3] = ["42P01", "3F000", "3D000"];
+/// or database; the broker's account may not grant on it), as opposed to the
+/// server being unreachable: retrying will not help, so the caller gets 422.
+const NO_SUCH_OBJECT: [&str; 4] = ["42P01", "3F000", "3D000", "42501"];
 
 /// Maps a driver error to a backend error. Driver messages name objects and
 /// SQLSTATEs, never the connection URL or a password.
@@ -75,9 +88,13 @@ impl PostgresBackend {
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_lazy_with(options);
+            .connect_lazy_with(options.clone());
         Ok(PostgresBackend {
             pool,
+            options,
+            version: tokio::sync::OnceCell::new(),
+            acl: tokio::sync::Mutex::new(()),
+            strict: super::strict::StrictGate::new(config.strict),
             database: config.database.clone(),
             public_host: config.public_host.clone(),
             public_port: config.public_port,
@@ -101,7 +118,12 @@ impl PostgresBackend {
                 "resource database is not this backend's".into(),
             ));
         }
-        let group = self.groups.ensure(&self.pool, path, privilege).await?;
+        let version = self.version().await?;
+        let access = if version >= MEMBERSHIP_OPTIONS {
+            users::Access::Group(self.groups.ensure(&self.pool, path, privilege).await?)
+        } else {
+            users::Access::Direct(grants::direct_sql(&self.pool, user, path, privilege).await?)
+        };
         // PBKDF2 with 4096 rounds is ~1 ms of CPU: off the async workers.
         let iterations = self.scram_iterations;
         let (password, verifier) = tokio::task::spawn_blocking(move || {
@@ -111,15 +133,40 @@ impl PostgresBackend {
         })
         .await
         .map_err(|_| BackendError::Unavailable("verifier task failed".into()))?;
-        let sql = users::create_sql(user, &verifier, valid_until, self.connection_limit, &group)
+        let sql = users::create_sql(user, &verifier, valid_until, self.connection_limit, &access)
             .map_err(|e| BackendError::Rejected(e.to_string()))?;
-        users::create(&self.pool, &sql).await?;
+        let acl = matches!(access, users::Access::Direct(_)).then_some(&self.acl);
+        users::create(&self.pool, &sql, acl).await?;
         Ok(password)
     }
 
-    /// Removes `users` (idempotent). See [`users::drop_all`].
+    /// Removes `users` (idempotent). See [`users::Remover`].
     pub async fn drop_users(&self, users: &[String]) -> Result<(), BackendError> {
-        users::drop_all(&self.pool, users).await
+        users::Remover {
+            pool: &self.pool,
+            options: &self.options,
+            version: self.version().await?,
+            acl: &self.acl,
+        }
+        .drop_all(users)
+        .await
+    }
+
+    /// The server's `server_version_num` (asked once; a server is not
+    /// upgraded under a running broker without a restart of its connections).
+    pub async fn version(&self) -> Result<u32, BackendError> {
+        self.version
+            .get_or_try_init(|| async {
+                let v: String = sqlx::query_scalar("SHOW server_version_num")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(classify)?;
+                v.trim()
+                    .parse::<u32>()
+                    .map_err(|_| BackendError::Unavailable("unreadable server_version_num".into()))
+            })
+            .await
+            .copied()
     }
 }
 
@@ -142,6 +189,7 @@ impl Backend for PostgresBackend {
     fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>> {
         Box::pin(async move {
             let (privilege, path, user) = database::grant_parts(Dialect::Postgres, &grant)?;
+            self.strict.admit(|| self.unsafe_defaults()).await?;
             let expires_at = grant.claims.exp;
             let password = self.create_user(&path, privilege, user, expires_at).await?;
             Ok(Issued {
