@@ -512,3 +512,129 @@ async fn my_database_grant_does_not_match_similar_names() {
     }
     fx.cleanup().await;
 }
+
+/// Accounts are `'user'@'<account_host>'`, and removal finds them under that
+/// host: with `account_host = "127.0.0.1"`, the account exists only for
+/// 127.0.0.1, logs in from there, and is gone after the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_accounts_use_the_configured_host_and_are_removed_under_it() {
+    let fx = MyFixture::new().await;
+    let backends = DbBackends {
+        mysql_account_host: "127.0.0.1".to_owned(),
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    let v = exchange_ok(&app, &cap).await;
+    let user = v["username"].as_str().unwrap().to_owned();
+    let hosts: Vec<String> =
+        sqlx::query_scalar("SELECT CAST(Host AS CHAR) FROM mysql.user WHERE User = ?")
+            .bind(&user)
+            .fetch_all(&fx.admin)
+            .await
+            .unwrap();
+    assert_eq!(hosts, ["127.0.0.1"]);
+    let mut conn = MySqlConnection::connect(v["dsn"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(select(&mut conn, &fx.table("granted")).await.unwrap(), 1);
+    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
+        .await;
+    assert_eq!(
+        tessera_broker::revocation::run_once(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!fx.user_exists(&user).await);
+    assert!(
+        select(&mut conn, &fx.table("granted")).await.is_err(),
+        "session cut"
+    );
+    fx.cleanup().await;
+}
+
+/// `unsafe_defaults` finds a grant to PUBLIC (which every account, throw-away
+/// ones included, gets) and a prepared XA transaction left without a session;
+/// each printed fix closes it; strict mode refuses to issue over the first and
+/// not over the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_unsafe_defaults_are_found_refused_in_strict_mode_and_fixed() {
+    let fx = MyFixture::exclusive().await;
+    let p = fx.prefix.clone();
+    let backends = DbBackends {
+        strict: true,
+        ..DbBackends::default()
+    };
+    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let (_key, _run, token) = app.run_for("alice").await;
+    let cap = app
+        .capability_ok(&token, "select", &fx.resource("granted"))
+        .await;
+    // A grant a failed run of this test left (its database is gone, the grant is not).
+    let leftover: Vec<String> = sqlx::raw_sql("SHOW GRANTS FOR PUBLIC")
+        .fetch_all(&fx.admin)
+        .await
+        .map(|rows| rows.iter().map(|r| r.get::<String, _>(0)).collect())
+        .unwrap_or_default();
+    for g in leftover.iter().filter(|g| g.contains("`tsr_t_")) {
+        let revoke = g
+            .replacen("GRANT ", "REVOKE ", 1)
+            .replace(" TO PUBLIC", " FROM PUBLIC");
+        sqlx::raw_sql(&revoke).execute(&fx.admin).await.unwrap();
+    }
+    let backend = app.state.backends.get("my-test").unwrap().clone();
+    assert_eq!(
+        backend.unsafe_defaults().await.unwrap(),
+        vec![],
+        "clean to begin with"
+    );
+
+    sqlx::raw_sql(&format!("GRANT SELECT ON `{p}_b`.* TO PUBLIC"))
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+    let found = backend.unsafe_defaults().await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].id, "public_grants");
+    assert_eq!(
+        found[0].fix,
+        format!("REVOKE SELECT ON `{p}_b`.* FROM PUBLIC;")
+    );
+    let before = fx.account_count().await;
+    let resp = app.exchange(cap["token"].as_str().unwrap()).await;
+    assert_error(
+        resp,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "backend_unsafe_defaults",
+    )
+    .await;
+    assert_eq!(fx.account_count().await, before, "no account was created");
+    sqlx::raw_sql(&found[0].fix)
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+
+    // A prepared XA transaction outlives its session (and its account).
+    let mut xa = MySqlConnection::connect(&mysql_url()).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "XA START '{p}'; UPDATE test.{p}_granted SET v = 'x'; XA END '{p}'; XA PREPARE '{p}'"
+    ))
+    .execute(&mut xa)
+    .await
+    .unwrap();
+    xa.close().await.unwrap();
+    let found = backend.unsafe_defaults().await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!((found[0].id, found[0].strict), ("xa_prepared", false));
+    exchange_ok(&app, &cap).await;
+    sqlx::raw_sql(&found[0].fix)
+        .execute(&fx.admin)
+        .await
+        .unwrap();
+    assert_eq!(backend.unsafe_defaults().await.unwrap(), vec![]);
+    fx.cleanup().await;
+}

@@ -77,14 +77,21 @@ actions = ["read", "write"]
 
 /// Database backends, added by [`TestApp::spawn_db`]: the real PostgreSQL and
 /// MariaDB servers on this machine, URLs from the environment like a deployment.
+/// The database backends of [`TestApp::spawn_db`]. Strict mode is off: the
+/// machine's shared servers keep PostgreSQL's and MariaDB's defaults (lo_*
+/// for PUBLIC, CONNECT on every database), which a test must not change for
+/// everyone. Strict mode is tested on private clusters (`db_contained`).
 pub const DB_CONFIG: &str = r#"
 [backends.pg-test]
 kind = "postgres"
 url_env = "TESSERA_TEST_BACKEND_PG"
+strict = false
 
 [backends.my-test]
 kind = "mysql"
 url_env = "TESSERA_TEST_BACKEND_MY"
+account_host = "%"
+strict = false
 "#;
 
 pub const DB_POLICY: &str = r#"
@@ -121,6 +128,10 @@ pub fn mysql_url() -> String {
 pub struct DbBackends {
     pub pg: String,
     pub mysql: String,
+    /// Strict mode of both backends (see [`DB_CONFIG`]).
+    pub strict: bool,
+    /// `account_host` of the MariaDB backend.
+    pub mysql_account_host: String,
 }
 
 impl Default for DbBackends {
@@ -128,6 +139,8 @@ impl Default for DbBackends {
         DbBackends {
             pg: pg_url(),
             mysql: mysql_url(),
+            strict: false,
+            mysql_account_host: "%".to_owned(),
         }
     }
 }
@@ -259,7 +272,12 @@ impl TestApp {
 
     pub async fn spawn_db_with(db: Db, backends: DbBackends) -> TestApp {
         let extra = Extra {
-            config: DB_CONFIG.to_owned(),
+            config: DB_CONFIG
+                .replace("strict = false", &format!("strict = {}", backends.strict))
+                .replace(
+                    "account_host = \"%\"",
+                    &format!("account_host = \"{}\"", backends.mysql_account_host),
+                ),
             policy: DB_POLICY.to_owned(),
             env: vec![
                 ("TESSERA_TEST_BACKEND_PG".to_owned(), backends.pg),

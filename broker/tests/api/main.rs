@@ -4,6 +4,7 @@
 
 mod helpers;
 mod moto;
+mod pg_cluster;
 
 mod admin;
 mod audit;
@@ -15,6 +16,7 @@ mod client;
 mod client_aws;
 mod client_db;
 mod crash_revocation;
+mod db_contained;
 mod db_mysql;
 mod db_postgres;
 mod edge;
