@@ -11,6 +11,7 @@
 //! PUBLIC (an unsafe default, on purpose) hold [`OPEN`] exclusively, because
 //! strict mode checks the whole cluster and would refuse the others meanwhile.
 
+use crate::db_postgres::exchange_ok;
 use crate::helpers::{assert_error, Db, DbBackends, TestApp};
 use crate::pg_cluster::{cluster, Cluster};
 use reqwest::StatusCode;
@@ -205,14 +206,6 @@ impl Fx {
 
 fn denied(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some(PERMISSION_DENIED))
-}
-
-async fn exchange_ok(app: &TestApp, cap: &Value) -> Value {
-    let resp = app.exchange(cap["token"].as_str().unwrap()).await;
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{v}");
-    v
 }
 
 /// `dsn` with another database.
