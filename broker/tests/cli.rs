@@ -880,3 +880,121 @@ async fn checkpoints_reach_their_witnesses_and_prove_a_truncation() {
         "{text}"
     );
 }
+
+/// A loopback listener that counts the connections it gets; each one is
+/// answered `response` (raw HTTP) and closed.
+async fn counting_listener(
+    response: String,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let response = response.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let _ = sock.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// Client commands send the run token only to the broker, never through a
+/// proxy the environment names, never to where a redirect points, and never in
+/// clear to a host off this machine (issue 22, items 6–8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_send_the_token_to_the_broker_only() {
+    let broker = start_dev_broker().await;
+    let (_run_id, token_file) = sandbox_run(&broker).await;
+    let capability = |cmd: &mut Command| {
+        cmd.args([
+            "token",
+            "capability",
+            "--action",
+            "read",
+            "--resource",
+            "svc-reports:reports/2026/q4.csv",
+            "--json",
+        ])
+        .output()
+        .unwrap()
+    };
+
+    // Proxy variables, as sandboxes often set them: not used for the broker.
+    let (proxy, proxied) =
+        counting_listener("HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n".into()).await;
+    let proxy_url = format!("http://127.0.0.1:{proxy}");
+    let mut cmd = sandbox_cmd(&broker, &token_file);
+    for var in [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env(var, &proxy_url);
+    }
+    cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+    let out = capability(&mut cmd);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        proxied.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the proxy saw a request"
+    );
+
+    // A redirect is not followed: the capability request is not re-sent.
+    let (target, targeted) =
+        counting_listener("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".into()).await;
+    let (redirector, _) = counting_listener(format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{target}/v1/capabilities\r\ncontent-length: 0\r\n\r\n"
+    ))
+    .await;
+    let out = capability(
+        sandbox_cmd(&broker, &token_file)
+            .env("TESSERA_ADDR", format!("http://127.0.0.1:{redirector}")),
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("redirect"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        targeted.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+
+    // http:// to a host off this machine is refused before any connection
+    // (the address is never contacted: the client refuses while it is built).
+    let out =
+        capability(sandbox_cmd(&broker, &token_file).env("TESSERA_ADDR", "http://192.0.2.10:8700"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("in clear") && err.contains("TESSERA_INSECURE_HTTP"),
+        "{err}"
+    );
+    // A CA file with an http:// address is a mistake, said as such.
+    let out = capability(sandbox_cmd(&broker, &token_file).env("TESSERA_CA_FILE", &token_file));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("TESSERA_CA_FILE"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

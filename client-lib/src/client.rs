@@ -118,6 +118,8 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     user_agent: String,
     retry: RetryPolicy,
+    proxy_from_env: bool,
+    insecure_http: bool,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -140,6 +142,8 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(5),
             user_agent: format!("tessera-client/{}", env!("CARGO_PKG_VERSION")),
             retry: RetryPolicy::default(),
+            proxy_from_env: false,
+            insecure_http: false,
         }
     }
 }
@@ -190,6 +194,21 @@ impl ClientBuilder {
         self
     }
 
+    /// Send requests through the proxy that `HTTP_PROXY`/`HTTPS_PROXY`/
+    /// `ALL_PROXY` name (default: never; `TESSERA_USE_PROXY=1`). The proxy
+    /// sees the run token unless the broker is `https://`.
+    pub fn proxy_from_env(mut self, yes: bool) -> Self {
+        self.proxy_from_env = yes;
+        self
+    }
+
+    /// Allow `http://` to a host that is not loopback (default: refused; the
+    /// run token would cross the network in clear). `TESSERA_INSECURE_HTTP=1`.
+    pub fn insecure_http(mut self, yes: bool) -> Self {
+        self.insecure_http = yes;
+        self
+    }
+
     pub fn build(self) -> Result<Client, Error> {
         let base = self
             .base
@@ -199,6 +218,7 @@ impl ClientBuilder {
                 "broker address must start with http:// or https://, got {base:?}"
             )));
         }
+        check_transport(&base, self.ca_pem.is_some(), self.insecure_http)?;
         let run_token = self.run_token.ok_or_else(|| {
             Error::Config("no run token (TESSERA_RUN_TOKEN_FILE or TESSERA_RUN_TOKEN_FD)".into())
         })?;
@@ -207,6 +227,15 @@ impl ClientBuilder {
             .timeout(self.timeout)
             .connect_timeout(self.connect_timeout)
             .user_agent(self.user_agent);
+        // The run token goes to the broker and nowhere else: a proxy named by
+        // HTTP_PROXY/ALL_PROXY (sandboxes often set them) would see it, so
+        // proxies are used only when asked for.
+        if !self.proxy_from_env {
+            http = http.no_proxy();
+        }
+        // A redirect would re-send the request — the run token, a capability
+        // in the body — to wherever the Location points.
+        http = http.redirect(reqwest::redirect::Policy::none());
         // Always our own rustls configuration (ring provider), so no process-wide
         // crypto provider has to be installed by the embedding program.
         let roots = match (&self.ca_pem, base.starts_with("https://")) {
@@ -232,6 +261,46 @@ impl ClientBuilder {
             }),
         })
     }
+}
+
+/// Where the run token may go in clear: `http://` only to loopback (or with
+/// `insecure_http`), and never with a CA configured — that CA would verify
+/// nothing, so the setting is a mistake worth saying. Decided from the address
+/// alone, before any connection.
+fn check_transport(base: &str, has_ca: bool, insecure_http: bool) -> Result<(), Error> {
+    let url = reqwest::Url::parse(base)
+        .map_err(|e| Error::Config(format!("broker address {base:?}: {e}")))?;
+    if url.scheme() != "http" {
+        return Ok(());
+    }
+    if has_ca {
+        return Err(Error::Config(
+            "TESSERA_CA_FILE (a CA) is set but the broker address is http://: nothing would be \
+             verified; use https://"
+                .into(),
+        ));
+    }
+    let host = url.host_str().unwrap_or_default();
+    let loopback = match host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+    {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    };
+    if loopback {
+        return Ok(());
+    }
+    if insecure_http {
+        tracing::warn!(host = ?url.host_str(), "sending the run token in clear over http:// (TESSERA_INSECURE_HTTP=1)");
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "refusing to send the run token in clear to {}: use https://, or set \
+         TESSERA_INSECURE_HTTP=1 to accept that anyone on the path reads it",
+        url.host_str().unwrap_or("?")
+    )))
 }
 
 fn roots(pem: &[u8]) -> Result<rustls::RootCertStore, Error> {
@@ -289,7 +358,9 @@ impl Client {
     /// - the run token from `TESSERA_RUN_TOKEN_FILE` (a path) or
     ///   `TESSERA_RUN_TOKEN_FD` (a descriptor number inherited from the runtime);
     ///   `TESSERA_RUN_TOKEN` (the token itself) only with `TESSERA_ALLOW_TOKEN_ENV=1`;
-    /// - `TESSERA_CA_FILE`: the CA of an `https://` broker.
+    /// - `TESSERA_CA_FILE`: the CA of an `https://` broker;
+    /// - `TESSERA_USE_PROXY=1`: use the proxy variables (off by default);
+    /// - `TESSERA_INSECURE_HTTP=1`: allow `http://` to a host off this machine.
     pub fn from_env() -> Result<Client, Error> {
         Self::from_lookup(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
     }
@@ -323,6 +394,9 @@ impl Client {
                 "no run token: set TESSERA_RUN_TOKEN_FILE (or TESSERA_RUN_TOKEN_FD)".into(),
             ));
         };
+        b = b
+            .proxy_from_env(env("TESSERA_USE_PROXY").as_deref() == Some("1"))
+            .insecure_http(env("TESSERA_INSECURE_HTTP").as_deref() == Some("1"));
         if let Some(ca) = env("TESSERA_CA_FILE") {
             let pem = std::fs::read(&ca)
                 .map_err(|e| Error::Config(format!("cannot read TESSERA_CA_FILE {ca}: {e}")))?;
@@ -499,6 +573,10 @@ async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, Error
             b.error.request_id,
             retry_after,
         )),
+        Err(_) if status.is_redirection() => Err(Error::Protocol(format!(
+            "the broker answered {status}, a redirect; clients never follow redirects \
+             (check TESSERA_ADDR)"
+        ))),
         Err(_) if status.is_server_error() => Err(Error::Unavailable {
             code: None,
             message: format!("the broker answered {status}"),
@@ -511,6 +589,33 @@ async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, Error
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_token_goes_in_clear_only_to_loopback() {
+        for ok in [
+            "http://127.0.0.1:8700",
+            "http://127.9.9.9",
+            "http://[::1]:8700",
+            "http://localhost:8700",
+            "https://tessera.example:8700",
+        ] {
+            check_transport(ok, false, false).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for refused in [
+            "http://192.0.2.10:8700",
+            "http://tessera.internal",
+            "http://[2001:db8::1]",
+            "http://127.0.0.1.nip.io",
+            "http://localhost.example",
+        ] {
+            let e = check_transport(refused, false, false).unwrap_err();
+            assert!(e.to_string().contains("in clear"), "{refused}: {e}");
+            check_transport(refused, false, true).unwrap();
+        }
+        let e = check_transport("http://127.0.0.1:8700", true, false).unwrap_err();
+        assert!(e.to_string().contains("TESSERA_CA_FILE"), "{e}");
+        check_transport("https://h:1", true, false).unwrap();
+    }
 
     #[test]
     fn backoff_is_jittered_and_bounded() {
@@ -553,7 +658,7 @@ mod tests {
         .unwrap();
         assert!(!format!("{ok:?}").contains(token));
         let e = Client::builder()
-            .address("http://x")
+            .address("http://localhost")
             .run_token(SecretString::from("tsr_rt_wrongkind".to_owned()))
             .build()
             .unwrap_err();
