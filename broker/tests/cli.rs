@@ -998,3 +998,49 @@ async fn clients_send_the_token_to_the_broker_only() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `exec` with its stderr a pipe nobody reads (closed): its messages cannot be
+/// written, and it still revokes what it obtained before exiting with its own
+/// code; broker secrets are never passed, whatever `--keep-env` asks (issue 22,
+/// items 5 and 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_revokes_with_stderr_closed_and_never_passes_broker_secrets() {
+    let broker = start_dev_broker().await;
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let closed_stderr = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        writer
+    };
+    let out = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--token",
+            "read=svc-reports:reports/2026/q1.csv",
+            "--",
+            "/nonexistent/tool",
+        ])
+        .stderr(closed_stderr())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "not a panic (101)");
+    let caps = capabilities_of(&broker, &run_id);
+    assert_eq!(caps.len(), 1);
+    assert_eq!(caps[0]["state"], "revoked", "{caps:?}");
+
+    for secret in [
+        "TESSERA_KEK",
+        "TESSERA_KEK_FILE",
+        "TESSERA_STORE_URL",
+        "TESSERA_TLS_KEY_FILE",
+        "TESSERA_ADMIN_TOKEN_FILE",
+    ] {
+        let out = sandbox_cmd(&broker, &token_file)
+            .env(secret, "broker-secret")
+            .args(["exec", "--keep-env", secret, "--", "env"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{secret} was accepted");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("broker-secret"));
+    }
+}

@@ -15,10 +15,25 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera_client::{Capability, Client, Error};
 
+/// A message on stderr that cannot fail: with stderr closed (a pipe nobody
+/// reads), `eprintln!` panics, and a panic before revocation would leave what
+/// `exec` obtained alive.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// `tessera exec` exits with this when Tessera itself failed (like `env`, `timeout`).
 const EXIT_TESSERA: u8 = 125;
 const EXIT_CANNOT_EXECUTE: u8 = 126;
 const EXIT_NOT_FOUND: u8 = 127;
+/// The command ran, but a capability obtained for it could not be revoked
+/// after retries: the command's own code is replaced so that this is seen.
+const EXIT_REVOKE_FAILED: u8 = 124;
+/// Revocation attempts per capability at exit.
+const REVOKE_ATTEMPTS: u32 = 3;
 
 /// Variables that survive the scrub when the parent has them.
 const BASICS: &[&str] = &[
@@ -26,12 +41,18 @@ const BASICS: &[&str] = &[
 ];
 
 /// Never handed to the child, whatever is asked.
+/// The run token's variables, and the broker's own secrets (a sandbox started
+/// next to a broker may have them in its environment).
 const NEVER: &[&str] = &[
     "TESSERA_RUN_TOKEN",
     "TESSERA_RUN_TOKEN_FILE",
     "TESSERA_RUN_TOKEN_FD",
     "TESSERA_ALLOW_TOKEN_ENV",
     "TESSERA_ADMIN_TOKEN_FILE",
+    "TESSERA_KEK",
+    "TESSERA_KEK_FILE",
+    "TESSERA_STORE_URL",
+    "TESSERA_TLS_KEY_FILE",
 ];
 
 #[derive(Debug, Args)]
@@ -115,7 +136,7 @@ pub fn credential_process(args: CredentialProcessArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("tessera credential-process: {e}");
+            say!("tessera credential-process: {e}");
             ExitCode::FAILURE
         }
     }
@@ -152,7 +173,7 @@ pub fn token(command: TokenCommand) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("tessera token capability: {e}");
+            say!("tessera token capability: {e}");
             ExitCode::FAILURE
         }
     }
@@ -163,7 +184,7 @@ pub fn exec(args: ExecArgs) -> ExitCode {
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tessera exec: {e}");
+            say!("tessera exec: {e}");
             return ExitCode::from(EXIT_TESSERA);
         }
     };
@@ -175,26 +196,34 @@ async fn exec_async(args: ExecArgs) -> ExitCode {
     let mut env = match base_environment(&parent, &args.keep_env, args.env_file.as_deref()) {
         Ok(env) => env,
         Err(e) => {
-            eprintln!("tessera exec: {e}");
+            say!("tessera exec: {e}");
             return ExitCode::from(EXIT_TESSERA);
         }
     };
     let client = match Client::from_env() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("tessera exec: {e}");
+            say!("tessera exec: {e}");
             return ExitCode::from(EXIT_TESSERA);
         }
     };
     let mut held: Vec<Capability> = Vec::new();
     if let Err(e) = obtain(&client, &args, &mut env, &mut held).await {
-        eprintln!("tessera exec: {e}");
-        revoke_all(&client, &held).await;
-        return ExitCode::from(EXIT_TESSERA);
+        // Revocation first: nothing that follows may stand in its way.
+        let revoked = revoke_all(&client, &held).await;
+        say!("tessera exec: {e}");
+        return ExitCode::from(if revoked {
+            EXIT_TESSERA
+        } else {
+            EXIT_REVOKE_FAILED
+        });
     }
     let code = run_child(&args.command, &env).await;
-    revoke_all(&client, &held).await;
-    ExitCode::from(code)
+    if revoke_all(&client, &held).await {
+        ExitCode::from(code)
+    } else {
+        ExitCode::from(EXIT_REVOKE_FAILED)
+    }
 }
 
 /// The scrubbed environment: basics, kept names, the env file.
@@ -316,16 +345,34 @@ async fn obtain(
     Ok(())
 }
 
-async fn revoke_all(client: &Client, held: &[Capability]) {
+/// Revokes every capability in `held`, each retried with backoff; whether all
+/// were revoked. What could not be is said on stderr (it still ends with its
+/// run or its expiry).
+async fn revoke_all(client: &Client, held: &[Capability]) -> bool {
+    let mut all = true;
     for cap in held {
-        if let Err(e) = client.revoke(cap).await {
-            // The run's end revokes it in any case; say so rather than hide it.
-            eprintln!(
-                "tessera exec: could not revoke capability {} ({e}); it ends with its run or its expiry",
-                cap.id()
-            );
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match client.revoke(cap).await {
+                Ok(_) => break,
+                Err(_) if attempt < REVOKE_ATTEMPTS => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)))
+                        .await;
+                }
+                Err(e) => {
+                    all = false;
+                    say!(
+                        "tessera exec: could not revoke capability {} after {attempt} attempts ({e}); \
+                         it ends with its run or its expiry (exit {EXIT_REVOKE_FAILED})",
+                        cap.id()
+                    );
+                    break;
+                }
+            }
         }
     }
+    all
 }
 
 /// Runs the child with exactly `env`, forwarding signals; returns the exit code
@@ -338,7 +385,7 @@ async fn run_child(command: &[String], env: &BTreeMap<String, String>) -> u8 {
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("tessera exec: cannot run {}: {e}", command[0]);
+            say!("tessera exec: cannot run {}: {e}", command[0]);
             return if e.kind() == std::io::ErrorKind::NotFound {
                 EXIT_NOT_FOUND
             } else {
@@ -389,7 +436,7 @@ async fn run_child(command: &[String], env: &BTreeMap<String, String>) -> u8 {
             _ => 1,
         },
         Err(e) => {
-            eprintln!("tessera exec: waiting for the command failed: {e}");
+            say!("tessera exec: waiting for the command failed: {e}");
             EXIT_TESSERA
         }
     }
