@@ -61,9 +61,15 @@ async fn start_dev_broker() -> Broker {
 /// `serve --dev` in `dir` (kept: a restart finds its database and KEK), with
 /// `config` as its `tessera.toml` when given.
 async fn start_dev_broker_in(dir: PathBuf, config: Option<&str>) -> Broker {
+    start_dev_broker_with(dir, config, &[]).await
+}
+
+/// A dev broker with `env` set (e.g. `TESSERA_FAILPOINTS`).
+async fn start_dev_broker_with(dir: PathBuf, config: Option<&str>, env: &[(&str, &str)]) -> Broker {
     tessera_broker::server::install_crypto_provider();
     let addr = format!("127.0.0.1:{}", free_port());
     let mut cmd = Command::new(BIN);
+    cmd.envs(env.iter().copied());
     cmd.args(["serve", "--dev", "--listen", &addr, "--policy-dir"])
         .arg(policy_dir());
     if let Some(text) = config {
@@ -1043,4 +1049,51 @@ async fn exec_revokes_with_stderr_closed_and_never_passes_broker_secrets() {
         assert_eq!(out.status.code(), Some(125), "{secret} was accepted");
         assert!(!String::from_utf8_lossy(&out.stdout).contains("broker-secret"));
     }
+}
+
+/// SIGTERM while `exec` is still obtaining credentials (the exchange is held
+/// for 3 s by a debug-build failpoint): the command is never started, what was
+/// obtained is revoked, and `exec` exits 128+15 (issue 22, item 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_revokes_what_it_fetched_when_stopped_while_fetching() {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broker = start_dev_broker_with(
+        dir,
+        None,
+        &[("TESSERA_FAILPOINTS", "exchange.before_issue=sleep(3000)")],
+    )
+    .await;
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let marker = broker.dir.join("started");
+    let mut child = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--token",
+            "read=svc-reports:reports/2026/q3.csv",
+            "--",
+            "touch",
+        ])
+        .arg(&marker)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the exchange is held (the capability exists), then stop exec.
+    for _ in 0..100 {
+        if !capabilities_of(&broker, &run_id).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert_eq!(capabilities_of(&broker, &run_id).len(), 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert!(!marker.exists(), "the command was started");
+    let caps = capabilities_of(&broker, &run_id);
+    assert!(caps.iter().all(|c| c["state"] == "revoked"), "{caps:?}");
 }

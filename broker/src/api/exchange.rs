@@ -226,6 +226,7 @@ pub async fn exchange(
         downstream_ref: downstream_ref.as_deref(),
         now,
     };
+    crate::failpoint::hit("exchange.before_issue").await;
     match backend.issue(grant).await {
         Ok(_) if downstream_ref.is_some() && lease_revoked_meanwhile(&app, &lease_id).await? => {
             // The run ended (or the capability was revoked) while the user was

@@ -207,8 +207,32 @@ async fn exec_async(args: ExecArgs) -> ExitCode {
             return ExitCode::from(EXIT_TESSERA);
         }
     };
+    // Handlers first: a signal while credentials are being obtained must not
+    // kill `exec` with them unrevoked. The fetch in flight is let finish (its
+    // ids are needed to revoke it), then everything is revoked.
+    let mut signals = forwarded_signals();
     let mut held: Vec<Capability> = Vec::new();
-    if let Err(e) = obtain(&client, &args, &mut env, &mut held).await {
+    let mut stopped_by = None;
+    let obtained = {
+        let fetch = obtain(&client, &args, &mut env, &mut held);
+        tokio::pin!(fetch);
+        loop {
+            tokio::select! {
+                r = &mut fetch => break r,
+                sig = next_signal(&mut signals), if stopped_by.is_none() => stopped_by = sig,
+            }
+        }
+    };
+    if let Some(sig) = stopped_by {
+        let revoked = revoke_all(&client, &held).await;
+        say!("tessera exec: {sig} while obtaining credentials; the command was not started");
+        return ExitCode::from(if revoked {
+            128u8.saturating_add(sig as u8)
+        } else {
+            EXIT_REVOKE_FAILED
+        });
+    }
+    if let Err(e) = obtained {
         // Revocation first: nothing that follows may stand in its way.
         let revoked = revoke_all(&client, &held).await;
         say!("tessera exec: {e}");
@@ -218,7 +242,7 @@ async fn exec_async(args: ExecArgs) -> ExitCode {
             EXIT_REVOKE_FAILED
         });
     }
-    let code = run_child(&args.command, &env).await;
+    let code = run_child(&args.command, &env, &mut signals).await;
     if revoke_all(&client, &held).await {
         ExitCode::from(code)
     } else {
@@ -375,11 +399,46 @@ async fn revoke_all(client: &Client, held: &[Capability]) -> bool {
     all
 }
 
+type Forwarded = Vec<(tokio::signal::unix::Signal, nix::sys::signal::Signal)>;
+
+/// Handlers for the signals `exec` forwards to the command (and that, before
+/// the command runs, stop it cleanly).
+fn forwarded_signals() -> Forwarded {
+    use nix::sys::signal::Signal;
+    use tokio::signal::unix::{signal, SignalKind};
+    let kinds = [
+        (SignalKind::interrupt(), Signal::SIGINT),
+        (SignalKind::terminate(), Signal::SIGTERM),
+        (SignalKind::hangup(), Signal::SIGHUP),
+        (SignalKind::quit(), Signal::SIGQUIT),
+        (SignalKind::user_defined1(), Signal::SIGUSR1),
+        (SignalKind::user_defined2(), Signal::SIGUSR2),
+    ];
+    kinds
+        .into_iter()
+        .filter_map(|(kind, sig)| signal(kind).ok().map(|s| (s, sig)))
+        .collect()
+}
+
+/// The next of the forwarded signals to arrive.
+async fn next_signal(streams: &mut Forwarded) -> Option<nix::sys::signal::Signal> {
+    let (sig, _, _) = futures_util::future::select_all(
+        streams
+            .iter_mut()
+            .map(|(s, sig)| Box::pin(async move { s.recv().await.map(|_| *sig) })),
+    )
+    .await;
+    sig
+}
+
 /// Runs the child with exactly `env`, forwarding signals; returns the exit code
 /// to pass on (128 + N when the child died of signal N).
-async fn run_child(command: &[String], env: &BTreeMap<String, String>) -> u8 {
+async fn run_child(
+    command: &[String],
+    env: &BTreeMap<String, String>,
+    streams: &mut Forwarded,
+) -> u8 {
     use std::os::unix::process::ExitStatusExt;
-    use tokio::signal::unix::{signal, SignalKind};
     let mut cmd = tokio::process::Command::new(&command[0]);
     cmd.args(&command[1..]).env_clear().envs(env);
     let mut child = match cmd.spawn() {
@@ -394,35 +453,10 @@ async fn run_child(command: &[String], env: &BTreeMap<String, String>) -> u8 {
         }
     };
     let pid = child.id().and_then(|p| i32::try_from(p).ok());
-    let kinds = [
-        (SignalKind::interrupt(), nix::sys::signal::Signal::SIGINT),
-        (SignalKind::terminate(), nix::sys::signal::Signal::SIGTERM),
-        (SignalKind::hangup(), nix::sys::signal::Signal::SIGHUP),
-        (SignalKind::quit(), nix::sys::signal::Signal::SIGQUIT),
-        (
-            SignalKind::user_defined1(),
-            nix::sys::signal::Signal::SIGUSR1,
-        ),
-        (
-            SignalKind::user_defined2(),
-            nix::sys::signal::Signal::SIGUSR2,
-        ),
-    ];
-    let mut streams = Vec::new();
-    for (kind, sig) in kinds {
-        if let Ok(s) = signal(kind) {
-            streams.push((s, sig));
-        }
-    }
     let status = loop {
-        let forward = futures_util::future::select_all(
-            streams
-                .iter_mut()
-                .map(|(s, sig)| Box::pin(async move { s.recv().await.map(|_| *sig) })),
-        );
         tokio::select! {
             status = child.wait() => break status,
-            (sig, _, _) = forward => {
+            sig = next_signal(streams) => {
                 if let (Some(sig), Some(pid)) = (sig, pid) {
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
                 }
