@@ -1097,3 +1097,76 @@ async fn exec_revokes_what_it_fetched_when_stopped_while_fetching() {
     let caps = capabilities_of(&broker, &run_id);
     assert!(caps.iter().all(|c| c["state"] == "revoked"), "{caps:?}");
 }
+
+/// The command `exec` runs, as an unprivileged user (the test is root, and root
+/// may read any process), hunts the run token in every place a process of the
+/// same user could look — the parent's `environ`, `cmdline`, `mem` and open
+/// descriptors, its own descriptors and environment — in the file, descriptor
+/// and environment modes, and finds neither the token nor the token file's
+/// path (issue 22, items 1 and 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_keeps_the_run_token_from_the_command() {
+    let broker = start_dev_broker().await;
+    let (_run_id, token_file) = sandbox_run(&broker).await;
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let hunt = r#"p=$PPID
+        cat /proc/$p/environ; echo; cat /proc/$p/cmdline; echo
+        ls -l /proc/$p/fd/; for f in /proc/$p/fd/*; do head -c 4096 "$f"; done
+        head -c 65536 /proc/$p/mem; cat /proc/$p/maps
+        env; ls -l /proc/self/fd/
+        for f in /proc/self/fd/*; do case "$f" in */0|*/1|*/2) ;; *) head -c 4096 "$f";; esac; done
+        echo hunted"#;
+    let as_nobody = [
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--",
+    ];
+    let modes: [(&str, Vec<(&str, String)>); 3] = [
+        (
+            "file",
+            vec![("TESSERA_RUN_TOKEN_FILE", token_file.display().to_string())],
+        ),
+        ("descriptor", vec![("TESSERA_RUN_TOKEN_FD", "3".to_owned())]),
+        (
+            "environment",
+            vec![
+                ("TESSERA_RUN_TOKEN", token.trim().to_owned()),
+                ("TESSERA_ALLOW_TOKEN_ENV", "1".to_owned()),
+            ],
+        ),
+    ];
+    for (mode, vars) in modes {
+        // sh opens the token file on descriptor 3 for the descriptor mode.
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"exec "$@" 3<"$TOKEN_FILE""#)
+            .arg("sh")
+            .args(as_nobody)
+            .args([BIN, "exec", "--", "sh", "-c", hunt])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("TOKEN_FILE", &token_file)
+            .env("TESSERA_ADDR", &broker.addr);
+        for (k, v) in &vars {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stdout.contains("hunted"),
+            "{mode}: the hunt did not run: {stdout}{stderr}"
+        );
+        let seen = format!("{stdout}{stderr}");
+        assert!(
+            !seen.contains(token.trim()),
+            "{mode}: the command found the run token:\n{seen}"
+        );
+        assert!(
+            !seen.contains(&token_file.display().to_string()),
+            "{mode}: the command found the token file's path:\n{seen}"
+        );
+    }
+}

@@ -180,7 +180,28 @@ pub fn token(command: TokenCommand) -> ExitCode {
 }
 
 /// `tessera exec`.
+///
+/// Before any secret is read, `exec` makes itself non-dumpable: a process of
+/// the same user — the command it runs — can then no longer open its
+/// `/proc/PID/environ`, `mem` or `fd/*` (the kernel requires ptrace access,
+/// which a non-dumpable process refuses to all but CAP_SYS_PTRACE), where the
+/// run token, its file's path, and every credential `exec` holds would be.
+/// The run token is read (from its file or descriptor) before the runtime
+/// starts, then every inherited descriptor above stderr is closed, the
+/// token's included, so the command inherits none of them.
 pub fn exec(args: ExecArgs) -> ExitCode {
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        say!("tessera exec: cannot make this process non-dumpable: {e}");
+        return ExitCode::from(EXIT_TESSERA);
+    }
+    let client = match Client::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            say!("tessera exec: {e}");
+            return ExitCode::from(EXIT_TESSERA);
+        }
+    };
+    close_inherited_descriptors();
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
@@ -188,20 +209,28 @@ pub fn exec(args: ExecArgs) -> ExitCode {
             return ExitCode::from(EXIT_TESSERA);
         }
     };
-    rt.block_on(exec_async(args))
+    rt.block_on(exec_async(args, client))
 }
 
-async fn exec_async(args: ExecArgs) -> ExitCode {
+/// Closes every descriptor above stderr (before the runtime opens its own).
+fn close_inherited_descriptors() {
+    let open: Vec<i32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|fd| *fd > 2)
+            .collect(),
+        Err(_) => return,
+    };
+    for fd in open {
+        // The listing's own descriptor is already closed: EBADF, ignored.
+        let _ = nix::unistd::close(fd);
+    }
+}
+
+async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     let parent: BTreeMap<String, String> = std::env::vars().collect();
     let mut env = match base_environment(&parent, &args.keep_env, args.env_file.as_deref()) {
         Ok(env) => env,
-        Err(e) => {
-            say!("tessera exec: {e}");
-            return ExitCode::from(EXIT_TESSERA);
-        }
-    };
-    let client = match Client::from_env() {
-        Ok(c) => c,
         Err(e) => {
             say!("tessera exec: {e}");
             return ExitCode::from(EXIT_TESSERA);
