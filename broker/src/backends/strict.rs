@@ -18,14 +18,19 @@ pub const CLEAN_FOR: Duration = Duration::from_secs(60);
 
 pub struct StrictGate {
     enabled: bool,
-    clean_at: Mutex<Option<Instant>>,
+    /// When the server was last found clean; read without waiting by every
+    /// exchange (the common case costs no async lock).
+    clean_at: std::sync::Mutex<Option<Instant>>,
+    /// Held across a check, so concurrent exchanges ask the server once.
+    checking: Mutex<()>,
 }
 
 impl StrictGate {
     pub fn new(enabled: bool) -> StrictGate {
         StrictGate {
             enabled,
-            clean_at: Mutex::new(None),
+            clean_at: std::sync::Mutex::new(None),
+            checking: Mutex::new(()),
         }
     }
 
@@ -39,20 +44,32 @@ impl StrictGate {
         if !self.enabled {
             return Ok(());
         }
-        // Held across the check: concurrent first exchanges ask once.
-        let mut clean_at = self.clean_at.lock().await;
-        if clean_at.is_some_and(|t| t.elapsed() < CLEAN_FOR) {
+        if self.trusted() {
+            return Ok(());
+        }
+        let _checking = self.checking.lock().await;
+        // Another exchange may have checked while this one waited.
+        if self.trusted() {
             return Ok(());
         }
         let findings: Vec<Finding> = check().await?.into_iter().filter(|f| f.strict).collect();
-        if findings.is_empty() {
-            *clean_at = Some(Instant::now());
+        let clean = findings.is_empty();
+        *self.clean_at.lock().unwrap_or_else(|p| p.into_inner()) = clean.then(Instant::now);
+        if clean {
             return Ok(());
         }
-        *clean_at = None;
         Err(BackendError::UnsafeDefaults(
             findings.iter().map(|f| f.id).collect(),
         ))
+    }
+}
+
+impl StrictGate {
+    fn trusted(&self) -> bool {
+        self.clean_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| t.elapsed() < CLEAN_FOR)
     }
 }
 

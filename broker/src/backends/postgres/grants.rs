@@ -198,7 +198,8 @@ pub async fn direct_sql(
     Ok(sql)
 }
 
-fn q(name: &str) -> Result<String, BackendError> {
+/// `ident` as a backend error (the one quoting helper of this backend).
+pub(super) fn q(name: &str) -> Result<String, BackendError> {
     ident(name).map_err(quote_error)
 }
 
@@ -212,9 +213,11 @@ async fn create_role(pool: &PgPool, name: &str) -> Result<(), BackendError> {
     }
 }
 
-/// Runs idempotent GRANTs, retrying when another session updates the same
-/// catalog row at the same moment.
-async fn grant(pool: &PgPool, sql: &str) -> Result<(), BackendError> {
+/// Runs statements that rewrite shared catalog rows (GRANTs, a creation with
+/// direct grants, a removal's REVOKEs), retrying when another session updates
+/// the same row at the same moment ("tuple concurrently updated"; the whole
+/// transaction was rolled back, so running it again is safe).
+pub(super) async fn grant(pool: &PgPool, sql: &str) -> Result<(), BackendError> {
     let mut attempt = 0;
     loop {
         match sqlx::raw_sql(sql).execute(pool).await {
@@ -263,7 +266,7 @@ pub fn has_code(e: &sqlx::Error, codes: &[&str]) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| codes.contains(&c.as_ref())))
 }
 
-fn quote_error(e: Unquotable) -> BackendError {
+pub(super) fn quote_error(e: Unquotable) -> BackendError {
     BackendError::Rejected(e.to_string())
 }
 

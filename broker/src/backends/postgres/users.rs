@@ -30,6 +30,7 @@
 //! created (a failed or crashed exchange), is absent from step 1 on: removal is
 //! idempotent, as the outbox requires.
 
+use super::grants::{q, quote_error};
 use super::quote::{ident, literal, Unquotable};
 use crate::backends::database::is_user_name;
 use crate::backends::BackendError;
@@ -43,8 +44,6 @@ const BATCH: usize = 1000;
 /// How long removal waits for signalled sessions to exit (they do in
 /// milliseconds; a session stuck in uninterruptible work is dropped anyway).
 const TERMINATE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-/// "tuple concurrently updated" retries of a statement that rewrites an ACL.
-const ACL_RETRIES: u64 = 5;
 
 /// One `REVOKE` per privilege that a role of `$1` holds on a table, sequence
 /// or schema of this database, or on this database.
@@ -107,17 +106,7 @@ pub async fn create(pool: &PgPool, sql: &str, acl: Option<&Mutex<()>>) -> Result
         Some(m) => Some(m.lock().await),
         None => None,
     };
-    let mut attempt = 0;
-    loop {
-        match sqlx::raw_sql(sql).execute(pool).await {
-            Ok(_) => return Ok(()),
-            Err(e) if attempt < ACL_RETRIES && super::grants::is_concurrent_update(&e) => {
-                attempt += 1;
-                tokio::time::sleep(std::time::Duration::from_millis(10 * attempt)).await;
-            }
-            Err(e) => return Err(super::classify(e)),
-        }
-    }
+    super::grants::grant(pool, sql).await
 }
 
 /// What removal needs besides the names.
@@ -343,16 +332,8 @@ async fn run(pool: &PgPool, sql: &str) -> Result<(), BackendError> {
         .map_err(super::classify)
 }
 
-fn q(name: &str) -> Result<String, BackendError> {
-    ident(name).map_err(quote_error)
-}
-
 fn quote_all(names: &[String]) -> Result<Vec<String>, BackendError> {
     names.iter().map(|u| q(u)).collect()
-}
-
-fn quote_error(e: Unquotable) -> BackendError {
-    BackendError::Rejected(e.to_string())
 }
 
 /// Signals every session of `users`, then waits (bounded) until they are gone.
