@@ -5,9 +5,11 @@
 //! invisible to the audit, and downstream credentials that outlive their run
 //! (database users, for instance) need an event that revokes them. The sweeper
 //! turns "past its expiry" into a durable end with a `run.expired` audit row and
-//! revokes everything the run held, exactly as ending it by hand would.
+//! revokes everything the run held, exactly as ending it by hand would. It also
+//! revokes every capability whose hold lapsed (`store::holds`).
 
 use crate::app::App;
+use crate::store::holds::LapseHolds;
 use crate::store::runs::ExpireRuns;
 use crate::store::StoreError;
 use std::sync::Arc;
@@ -31,8 +33,23 @@ pub async fn sweep(app: &App) -> Result<usize, StoreError> {
             break;
         }
     }
+    let mut lapsed = 0;
+    loop {
+        let n = app
+            .store
+            .writer()
+            .submit(LapseHolds { limit: BATCH })
+            .await?;
+        lapsed += n;
+        if (n as i64) < BATCH {
+            break;
+        }
+    }
+    if lapsed > 0 {
+        tracing::info!(capabilities = lapsed, "lapsed holds revoked");
+    }
     crate::revocation::reap_expired_leases(app).await?;
-    if total > 0 {
+    if total + lapsed > 0 {
         app.revocation_wakeup.notify_one();
     }
     Ok(total)

@@ -15,7 +15,7 @@ use crate::credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchan
 use crate::error::Error;
 use crate::types::{
     CapabilityRequest, CapabilityResponse, ErrorBody, ExchangeRequest, ExchangeResponse,
-    RevokeCapabilityResponse,
+    RenewHoldsRequest, RenewHoldsResponse, RevokeCapabilityResponse,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
@@ -417,10 +417,25 @@ impl Client {
         resource: &str,
         ttl: Option<&str>,
     ) -> Result<Capability, Error> {
+        self.capability_held(action, resource, ttl, None).await
+    }
+
+    /// Like [`Client::capability_for`], with a hold (e.g. `"15s"`): the
+    /// capability lapses — and the broker revokes it, downstream credentials
+    /// included — unless [`Client::renew_holds`] names it within that long.
+    /// For a holder that may die without revoking (`tessera exec`).
+    pub async fn capability_held(
+        &self,
+        action: &str,
+        resource: &str,
+        ttl: Option<&str>,
+        hold: Option<&str>,
+    ) -> Result<Capability, Error> {
         let body = CapabilityRequest {
             action: action.to_owned(),
             resource: resource.to_owned(),
             ttl: ttl.map(str::to_owned),
+            hold: hold.map(str::to_owned),
         };
         let r: CapabilityResponse = self
             .send("/v1/capabilities", Some(&body), Bearer::Run)
@@ -435,6 +450,17 @@ impl Client {
         };
         let r: ExchangeResponse = self.send("/v1/exchange", Some(&body), Bearer::None).await?;
         Ok(Exchanged::from(r))
+    }
+
+    /// Renews the holds of `ids` (this run's capabilities asked for with a
+    /// hold). Every id comes back either renewed or in `lapsed`; a lapsed one
+    /// is gone for good.
+    pub async fn renew_holds(&self, ids: &[&str]) -> Result<RenewHoldsResponse, Error> {
+        let body = RenewHoldsRequest {
+            capability_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        self.send("/v1/capabilities/renew", Some(&body), Bearer::Run)
+            .await
     }
 
     /// Revokes a capability (and its leases, downstream included). `Ok(false)`:

@@ -29,6 +29,8 @@ pub struct Capability {
     pub expires_at: String,
     /// Exchanges it allows.
     pub uses: u32,
+    /// RFC 3339: when its hold lapses unless renewed (asked for with a hold).
+    pub lapses_at: Option<String>,
 }
 
 impl Capability {
@@ -40,6 +42,7 @@ impl Capability {
             resource: resource.to_owned(),
             expires_at: r.expires_at,
             uses: r.uses,
+            lapses_at: r.lapses_at,
         }
     }
 
@@ -65,6 +68,7 @@ impl std::fmt::Debug for Capability {
             .field("resource", &self.resource)
             .field("expires_at", &self.expires_at)
             .field("uses", &self.uses)
+            .field("lapses_at", &self.lapses_at)
             .field("token", &"[redacted]")
             .finish()
     }

@@ -30,7 +30,7 @@ pub enum Error {
     },
     /// The capability or the run has expired, ended, been revoked or used up:
     /// `token_expired`, `run_expired`, `run_ended`, `capability_revoked`,
-    /// `uses_exhausted`. Ask for a new capability (or a new run).
+    /// `capability_lapsed`, `uses_exhausted`. Ask for a new capability (or a new run).
     #[error("no longer valid ({code}, request {request_id}): {message}")]
     Expired {
         code: String,
@@ -105,7 +105,7 @@ impl Error {
                 request_id,
             },
             "token_expired" | "run_expired" | "run_ended" | "capability_revoked"
-            | "uses_exhausted" => Error::Expired {
+            | "capability_lapsed" | "uses_exhausted" => Error::Expired {
                 code,
                 message,
                 request_id,

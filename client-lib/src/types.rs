@@ -56,6 +56,11 @@ pub struct CapabilityRequest {
     pub resource: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<String>,
+    /// Lapse unless renewed within this long (`POST /v1/capabilities/renew`),
+    /// e.g. `15s`: a holder that dies without revoking loses the capability
+    /// (leases and downstream users included) soon after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<String>,
 }
 
 /// `POST /v1/capabilities` 201 response.
@@ -65,6 +70,9 @@ pub struct CapabilityResponse {
     pub token: String,
     pub expires_at: String,
     pub uses: u32,
+    /// When the hold lapses unless renewed (only with a hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lapses_at: Option<String>,
 }
 
 impl std::fmt::Debug for CapabilityResponse {
@@ -74,6 +82,7 @@ impl std::fmt::Debug for CapabilityResponse {
             .field("token", &"[redacted]")
             .field("expires_at", &self.expires_at)
             .field("uses", &self.uses)
+            .field("lapses_at", &self.lapses_at)
             .finish()
     }
 }
@@ -140,6 +149,30 @@ pub struct RevokedCounts {
     pub capabilities: u64,
     pub leases: u64,
     pub pending: u64,
+}
+
+/// `POST /v1/capabilities/renew` body (run token): the held capabilities to renew.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewHoldsRequest {
+    pub capability_ids: Vec<String>,
+}
+
+/// One renewed hold.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RenewedHold {
+    pub capability_id: String,
+    pub lapses_at: String,
+}
+
+/// `POST /v1/capabilities/renew` response. Every asked-for id is in one list:
+/// `lapsed` holds those that can no longer be renewed (the hold lapsed, the
+/// capability was revoked or expired, was issued without a hold, or is not
+/// this run's).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RenewHoldsResponse {
+    pub renewed: Vec<RenewedHold>,
+    pub lapsed: Vec<String>,
 }
 
 /// `POST /v1/capabilities/{id}/revoke` response.

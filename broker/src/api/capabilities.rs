@@ -27,13 +27,17 @@ use crate::store::capabilities::{
     CapabilityRecord, HeldCapability, IssueCapability, IssueOutcome, RateCharge, RevokeCapability,
     Revoker,
 };
+use crate::store::holds::RenewHolds;
 use crate::store::runs::{RunRecord, RunState};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_client::types::{CapabilityRequest, CapabilityResponse, RevokeCapabilityResponse};
+use tessera_client::types::{
+    CapabilityRequest, CapabilityResponse, RenewHoldsRequest, RenewHoldsResponse, RenewedHold,
+    RevokeCapabilityResponse,
+};
 
 fn run_inactive(state: RunState) -> ApiError {
     match state {
@@ -72,6 +76,13 @@ pub async fn request(
         .map(parse_duration)
         .transpose()
         .map_err(|e| ApiError::bad_request("invalid_ttl", e.to_string()))?;
+
+    let hold = req
+        .hold
+        .as_deref()
+        .map(parse_hold)
+        .transpose()
+        .map_err(|e| ApiError::bad_request("invalid_hold", e))?;
 
     let policy_request =
         crate::reauthorize::policy_request(&run, &req.action, &res, requested_ttl, now);
@@ -135,7 +146,7 @@ pub async fn request(
         res.backend,
         &policies,
         &constraints,
-        requested_ttl,
+        (requested_ttl, hold),
         now,
         audit,
     )
@@ -146,6 +157,20 @@ pub async fn request(
         Err(_) => app.metrics.capability("refused"),
     }
     issued
+}
+
+/// Shortest and longest hold: renewals come every third of it, so a shorter
+/// one would be mostly renewal traffic; a longer one leaves a dead holder's
+/// credentials alive too long to be worth it.
+const HOLD_BOUNDS: (u64, u64) = (2, 3600);
+
+fn parse_hold(s: &str) -> Result<i64, String> {
+    let d = parse_duration(s).map_err(|e| e.to_string())?.as_secs();
+    let (min, max) = HOLD_BOUNDS;
+    if d < min || d > max {
+        return Err(format!("hold must be between {min}s and {max}s"));
+    }
+    Ok(d as i64)
 }
 
 /// What the caller reads with a policy refusal: the rule, never the policy.
@@ -209,7 +234,7 @@ async fn issue(
     backend: &str,
     policies: &[String],
     constraints: &crate::policy::Constraints,
-    requested_ttl: Option<Duration>,
+    (requested_ttl, hold_secs): (Option<Duration>, Option<i64>),
     now: i64,
     mut audit: AuditEvent,
 ) -> Result<(StatusCode, Json<CapabilityResponse>), ApiError> {
@@ -242,8 +267,9 @@ async fn issue(
     };
     let token = jwt::encode(&keys.active, CAPABILITY_TYP, &claims);
     audit.capability_id = Some(jti.clone());
+    let hold = hold_secs.map(|h| format!(" hold={h}s")).unwrap_or_default();
     audit.detail = Some(format!(
-        "policies={} ttl={}s uses={} kid={}",
+        "policies={} ttl={}s uses={} kid={}{hold}",
         policies.join(","),
         expires_at - now,
         uses,
@@ -260,6 +286,7 @@ async fn issue(
         issued_at: now,
         expires_at,
         uses,
+        hold_secs,
     };
     let held = Arc::new(HeldCapability::from(&record));
     let outcome = app
@@ -282,6 +309,7 @@ async fn issue(
                     token,
                     expires_at: rfc3339(expires_at),
                     uses,
+                    lapses_at: hold_secs.map(|h| rfc3339(now + h)),
                 }),
             ))
         }
@@ -322,5 +350,61 @@ pub async fn revoke(
     Ok(Json(RevokeCapabilityResponse {
         capability_id: id,
         revoked,
+    }))
+}
+
+/// Most ids one renewal may name.
+const MAX_RENEW: usize = 100;
+
+/// `POST /v1/capabilities/renew`: the holder is alive; push its holds' lapse
+/// forward. Not audited (it decides nothing; the lapse is).
+pub async fn renew(
+    State(app): State<AppState>,
+    RunCaller(run): RunCaller,
+    ApiJson(req): ApiJson<RenewHoldsRequest>,
+) -> Result<Json<RenewHoldsResponse>, ApiError> {
+    if req.capability_ids.is_empty() || req.capability_ids.len() > MAX_RENEW {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("capability_ids must name 1 to {MAX_RENEW} capabilities"),
+        ));
+    }
+    let state = run.state(app.clock.now());
+    if state != RunState::Active {
+        return Err(run_inactive(state));
+    }
+    let mut ids: Vec<String> = Vec::with_capacity(req.capability_ids.len());
+    for id in req.capability_ids {
+        if !is_id(&id) {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "capability_ids must be capability ids",
+            ));
+        }
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    let renewed = app
+        .store
+        .writer()
+        .submit(RenewHolds {
+            run_id: run.id.clone(),
+            ids: ids.clone(),
+        })
+        .await?;
+    let lapsed = ids
+        .into_iter()
+        .filter(|id| !renewed.iter().any(|(r, _)| r == id))
+        .collect();
+    Ok(Json(RenewHoldsResponse {
+        renewed: renewed
+            .into_iter()
+            .map(|(capability_id, at)| RenewedHold {
+                capability_id,
+                lapses_at: rfc3339(at),
+            })
+            .collect(),
+        lapsed,
     }))
 }

@@ -132,6 +132,10 @@ fn refusal(outcome: &ConsumeOutcome) -> ApiError {
             "token_expired",
             "capability has expired",
         ),
+        ConsumeOutcome::Lapsed => ApiError::forbidden(
+            "capability_lapsed",
+            "capability's hold lapsed (its holder stopped renewing it); it is being revoked",
+        ),
         ConsumeOutcome::RunInactive(RunState::Expired) => {
             ApiError::forbidden("run_expired", "the run has expired")
         }

@@ -42,6 +42,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/runs/{id}"),
     ("post", "/v1/runs/{id}/end"),
     ("post", "/v1/capabilities"),
+    ("post", "/v1/capabilities/renew"),
     ("post", "/v1/capabilities/{id}/revoke"),
     ("post", "/v1/exchange"),
     ("post", "/v1/introspect"),
@@ -69,6 +70,7 @@ pub fn router(app: AppState) -> Router {
         .route("/v1/runs/{id}", get(runs::show))
         .route("/v1/runs/{id}/end", post(runs::end))
         .route("/v1/capabilities", post(capabilities::request))
+        .route("/v1/capabilities/renew", post(capabilities::renew))
         .route("/v1/capabilities/{id}/revoke", post(capabilities::revoke))
         .route("/v1/exchange", post(exchange::exchange))
         .route("/v1/introspect", post(introspect::introspect))

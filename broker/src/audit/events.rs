@@ -12,6 +12,8 @@ pub const CAPABILITY_ISSUED: &str = "capability.issued";
 pub const CAPABILITY_DENIED: &str = "capability.denied";
 pub const CAPABILITY_RATE_LIMITED: &str = "capability.rate_limited";
 pub const CAPABILITY_REVOKED: &str = "capability.revoked";
+/// A hold was not renewed in time; the capability was revoked by the broker.
+pub const CAPABILITY_LAPSED: &str = "capability.lapsed";
 pub const EXCHANGE_SUCCEEDED: &str = "exchange.succeeded";
 pub const EXCHANGE_REFUSED: &str = "exchange.refused";
 pub const LEASE_FAILED: &str = "lease.failed";
@@ -34,6 +36,7 @@ pub const ALL: &[&str] = &[
     CAPABILITY_DENIED,
     CAPABILITY_RATE_LIMITED,
     CAPABILITY_REVOKED,
+    CAPABILITY_LAPSED,
     EXCHANGE_SUCCEEDED,
     EXCHANGE_REFUSED,
     LEASE_FAILED,

@@ -29,6 +29,8 @@ pub struct CapabilityRecord {
     pub issued_at: i64,
     pub expires_at: i64,
     pub uses: u32,
+    /// Seconds a hold lasts without renewal (`None`: no hold).
+    pub hold_secs: Option<i64>,
 }
 
 /// One GCRA charge (microseconds): `bucket` may take one request every
@@ -205,8 +207,8 @@ pub(crate) async fn apply_issue_segment(
     for chunk in issued.chunks(ROWS_PER_INSERT) {
         let q = format!(
             "INSERT INTO capabilities (id, run_id, kid, action, resource, backend, policies, \
-             issued_at, expires_at, uses, uses_left) VALUES {}",
-            super::writer::values_placeholders(ctx.dialect, chunk.len(), 11)
+             issued_at, expires_at, uses, uses_left, hold_secs, lapses_at) VALUES {}",
+            super::writer::values_placeholders(ctx.dialect, chunk.len(), 13)
         );
         let mut query = sqlx::query(&q);
         for r in chunk.iter().filter_map(|&i| slots[i].op.record.as_ref()) {
@@ -221,7 +223,9 @@ pub(crate) async fn apply_issue_segment(
                 .bind(r.issued_at)
                 .bind(r.expires_at)
                 .bind(i64::from(r.uses))
-                .bind(i64::from(r.uses));
+                .bind(i64::from(r.uses))
+                .bind(r.hold_secs)
+                .bind(r.hold_secs.map(|h| r.issued_at + h));
         }
         query.execute(&mut *ctx.conn).await?;
     }
@@ -255,12 +259,21 @@ pub struct LeaseRecord {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConsumeOutcome {
-    Consumed { uses_left: u32 },
+    Consumed {
+        uses_left: u32,
+    },
     Unknown,
     Revoked,
     Expired,
+    /// Its hold was not renewed in time (the sweeper is revoking it).
+    Lapsed,
     RunInactive(RunState),
     Exhausted,
+}
+
+/// Whether a hold that lapses at `lapses_at` has lapsed at `now`.
+pub fn lapsed(lapses_at: Option<i64>, now: i64) -> bool {
+    lapses_at.is_some_and(|at| now >= at)
 }
 
 impl ConsumeOutcome {
@@ -270,6 +283,7 @@ impl ConsumeOutcome {
             ConsumeOutcome::Unknown => "capability_unknown",
             ConsumeOutcome::Revoked => "capability_revoked",
             ConsumeOutcome::Expired => "capability_expired",
+            ConsumeOutcome::Lapsed => "capability_lapsed",
             ConsumeOutcome::RunInactive(RunState::Expired) => "run_expired",
             ConsumeOutcome::RunInactive(_) => "run_ended",
             ConsumeOutcome::Exhausted => "uses_exhausted",
@@ -294,7 +308,7 @@ impl WriteOp for ConsumeUse {
             let l = &self.lease;
             let now = ctx.now();
             let q = ctx.sql(
-                "SELECT c.expires_at, c.revoked_at, r.ended_at, r.expires_at AS run_expires_at \
+                "SELECT c.expires_at, c.revoked_at, c.lapses_at, r.ended_at, r.expires_at AS run_expires_at \
                  FROM capabilities c JOIN runs r ON r.id = c.run_id WHERE c.id = $1 AND c.run_id = $2",
             );
             let row = sqlx::query(&q)
@@ -318,6 +332,8 @@ impl WriteOp for ConsumeUse {
                         Some(ConsumeOutcome::Revoked)
                     } else if now >= expires_at {
                         Some(ConsumeOutcome::Expired)
+                    } else if lapsed(row.try_get("lapses_at")?, now) {
+                        Some(ConsumeOutcome::Lapsed)
                     } else {
                         None
                     }
@@ -432,36 +448,47 @@ impl WriteOp for RevokeCapability {
                 }
                 return Ok(Some(false));
             }
-            let now = ctx.now();
-            let q = ctx.sql(
-                "UPDATE capabilities SET revoked_at = $1, revoke_reason = $2 WHERE id = $3 AND revoked_at IS NULL",
-            );
-            sqlx::query(&q)
-                .bind(now)
-                .bind(self.reason)
-                .bind(&self.capability_id)
-                .execute(&mut *ctx.conn)
-                .await?;
-            super::revocations::enqueue(
-                ctx,
-                super::revocations::Scope::Capability(&self.capability_id),
-                "capability_revoked",
-            )
-            .await?;
-            let q = ctx.sql(
-                "UPDATE leases SET revoked_at = $1 WHERE capability_id = $2 AND revoked_at IS NULL",
-            );
-            sqlx::query(&q)
-                .bind(now)
-                .bind(&self.capability_id)
-                .execute(&mut *ctx.conn)
-                .await?;
+            revoke_one(ctx, &self.capability_id, self.reason, "capability_revoked").await?;
             let mut ev = self.audit.clone();
             ev.run_id = Some(run_id);
             ctx.audit(&ev).await?;
             Ok(Some(true))
         })
     }
+}
+
+/// Marks a live capability revoked (`reason` stored with it), queues the
+/// downstream removal of its leases (`outbox_reason`) and revokes them.
+pub(crate) async fn revoke_one(
+    ctx: &mut WriteCtx<'_>,
+    capability_id: &str,
+    reason: &'static str,
+    outbox_reason: &'static str,
+) -> Result<(), sqlx::Error> {
+    let now = ctx.now();
+    let q = ctx.sql(
+        "UPDATE capabilities SET revoked_at = $1, revoke_reason = $2 WHERE id = $3 AND revoked_at IS NULL",
+    );
+    sqlx::query(&q)
+        .bind(now)
+        .bind(reason)
+        .bind(capability_id)
+        .execute(&mut *ctx.conn)
+        .await?;
+    super::revocations::enqueue(
+        ctx,
+        super::revocations::Scope::Capability(capability_id),
+        outbox_reason,
+    )
+    .await?;
+    let q = ctx
+        .sql("UPDATE leases SET revoked_at = $1 WHERE capability_id = $2 AND revoked_at IS NULL");
+    sqlx::query(&q)
+        .bind(now)
+        .bind(capability_id)
+        .execute(&mut *ctx.conn)
+        .await?;
+    Ok(())
 }
 
 /// What introspection needs to know about a capability, read fresh from the store.
@@ -471,6 +498,7 @@ pub struct CapabilityStatus {
     pub runtime_id: String,
     pub revoked_at: Option<i64>,
     pub expires_at: i64,
+    pub lapses_at: Option<i64>,
     pub uses_left: u32,
     pub run_state: RunState,
 }
@@ -478,7 +506,10 @@ pub struct CapabilityStatus {
 impl CapabilityStatus {
     /// Not revoked, not expired, run active: what the leases it bought live by.
     pub fn is_alive(&self, now: i64) -> bool {
-        self.revoked_at.is_none() && now < self.expires_at && self.run_state == RunState::Active
+        self.revoked_at.is_none()
+            && now < self.expires_at
+            && !lapsed(self.lapses_at, now)
+            && self.run_state == RunState::Active
     }
 
     /// Alive and still exchangeable: what introspection calls active.
@@ -525,7 +556,7 @@ pub async fn status(
     now: i64,
 ) -> Result<Option<CapabilityStatus>, StoreError> {
     let q = store.sql(
-        "SELECT c.run_id, r.runtime_id, c.revoked_at, c.expires_at, c.uses_left, r.ended_at, \
+        "SELECT c.run_id, r.runtime_id, c.revoked_at, c.expires_at, c.lapses_at, c.uses_left, r.ended_at, \
          r.expires_at AS run_expires_at FROM capabilities c JOIN runs r ON r.id = c.run_id WHERE c.id = $1",
     );
     let row = sqlx::query(&q)
@@ -539,6 +570,7 @@ pub async fn status(
             runtime_id: col(&row, "runtime_id")?,
             revoked_at: col(&row, "revoked_at")?,
             expires_at: col(&row, "expires_at")?,
+            lapses_at: col(&row, "lapses_at")?,
             uses_left: u32::try_from(uses_left).unwrap_or(0),
             run_state: RunState::of(col(&row, "ended_at")?, col(&row, "run_expires_at")?, now),
         })

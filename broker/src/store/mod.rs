@@ -10,6 +10,7 @@
 //! 503: the broker fails closed and issues nothing it could not record.
 
 pub mod capabilities;
+pub mod holds;
 pub mod instances;
 pub mod keys;
 pub mod revocations;

@@ -21,6 +21,7 @@ mod db_mysql;
 mod db_postgres;
 mod edge;
 mod exchange;
+mod holds;
 mod inputs;
 mod keys;
 mod policy_reload;
