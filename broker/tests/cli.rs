@@ -1170,3 +1170,258 @@ async fn exec_keeps_the_run_token_from_the_command() {
         );
     }
 }
+
+/// Whether a process is still alive (a zombie counts as gone).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Waits for a pid the command wrote to `file`.
+async fn pid_in(file: &Path) -> i32 {
+    for _ in 0..200 {
+        if let Some(pid) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no pid in {}", file.display());
+}
+
+/// Polls until every capability of the run is revoked; false after `within`.
+async fn all_revoked_within(broker: &Broker, run_id: &str, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let caps = capabilities_of(broker, run_id);
+        if !caps.is_empty() && caps.iter().all(|c| c["state"] == "revoked") {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `pid` is gone; false after `within`.
+async fn gone_within(pid: i32, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while alive(pid) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+/// The command kills `exec` with SIGKILL, and a supervisor's `timeout -k`
+/// kills `exec` while the command ignores SIGTERM: in both cases nobody is
+/// left to revoke, and still the capability is revoked by the broker once
+/// `exec`'s hold lapses — within hold (2 s) + sweep (1 s) + slack — and the
+/// command itself is killed with `exec` (PR_SET_PDEATHSIG) (issue 22, item 3;
+/// the test saw the capability live for its whole ttl first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_revokes_even_when_it_is_killed() {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broker = start_dev_broker_in(dir, Some("expiry_sweep_interval = \"1s\"\n")).await;
+    let bound = Duration::from_secs(2 + 1 + 12);
+
+    // The command kills its parent, then carries on.
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let pidfile = broker.dir.join("killer.pid");
+    let status = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--hold",
+            "2s",
+            "--token",
+            "read=svc-reports:reports/2026/q1.csv",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            r#"echo $$ > "$0"; kill -9 $PPID; exec sleep 60"#,
+        ])
+        .arg(&pidfile)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), None, "exec was killed: {status}");
+    let command = pid_in(&pidfile).await;
+    assert!(
+        all_revoked_within(&broker, &run_id, bound).await,
+        "still live: {:?}",
+        capabilities_of(&broker, &run_id)
+    );
+    assert!(
+        gone_within(command, bound).await,
+        "the command outlived exec"
+    );
+
+    // The command ignores SIGTERM; `timeout -k 1 1` kills exec after 2 s.
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let pidfile = broker.dir.join("stubborn.pid");
+    let status = Command::new("timeout")
+        .args([
+            "-k", "1", "1", BIN, "exec", "--hold", "2s", "--grace", "60s",
+        ])
+        .args(["--token", "read=svc-reports:reports/2026/q1.csv", "--"])
+        .args(["sh", "-c", r#"trap '' TERM; echo $$ > "$0"; exec sleep 60"#])
+        .arg(&pidfile)
+        .env("TESSERA_ADDR", &broker.addr)
+        .env("TESSERA_RUN_TOKEN_FILE", &token_file)
+        .status()
+        .unwrap();
+    // timeout(1) kills exec, then its own group (itself included).
+    assert!(!status.success(), "timeout killed exec: {status}");
+    let command = pid_in(&pidfile).await;
+    assert!(
+        all_revoked_within(&broker, &run_id, bound).await,
+        "still live: {:?}",
+        capabilities_of(&broker, &run_id)
+    );
+    assert!(
+        gone_within(command, bound).await,
+        "the command outlived exec"
+    );
+}
+
+/// `exec`'s own escalation: SIGTERM is forwarded, and a command that ignores
+/// it is killed with its whole process group after `--grace`; on exit, every
+/// process the command left behind — in its group or daemonized with
+/// `setsid` — is killed before `exec` revokes and exits (issue 22, item 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_escalates_and_leaves_no_process_behind() {
+    let broker = start_dev_broker().await;
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let pidfile = broker.dir.join("ignorer.pid");
+    let mut child = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--grace",
+            "1s",
+            "--token",
+            "read=svc-reports:reports/2026/q2.csv",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            r#"trap '' TERM; echo $$ > "$0"; exec sleep 60"#,
+        ])
+        .arg(&pidfile)
+        .spawn()
+        .unwrap();
+    let command = pid_in(&pidfile).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(137), "killed after the grace: {status}");
+    assert!(!alive(command));
+    assert!(all_revoked_within(&broker, &run_id, Duration::ZERO).await);
+
+    // Leftovers: one in the command's group, one in a session of its own.
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let (grouped, daemon) = (
+        broker.dir.join("grouped.pid"),
+        broker.dir.join("daemon.pid"),
+    );
+    let status = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--token", "read=svc-reports:reports/2026/q2.csv", "--", "sh", "-c"])
+        .arg(r#"sh -c 'echo $$ > "$0"; exec sleep 60' "$0" & setsid sh -c 'echo $$ > "$0"; exec sleep 60' "$1" & while [ ! -s "$0" ] || [ ! -s "$1" ]; do sleep 0.05; done; exit 3"#)
+        .arg(&grouped)
+        .arg(&daemon)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "the command's own code");
+    for file in [&grouped, &daemon] {
+        let pid = pid_in(file).await;
+        assert!(!alive(pid), "{} outlived exec", file.display());
+    }
+    assert!(all_revoked_within(&broker, &run_id, Duration::ZERO).await);
+
+    // An admin revokes the capability while the command runs: the next
+    // renewal learns it, and exec stops the command and says so (exit 123).
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let child = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--hold", "3s", "--grace", "1s"])
+        .args([
+            "--token",
+            "read=svc-reports:reports/2026/q2.csv",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut caps = Vec::new();
+    for _ in 0..200 {
+        caps = capabilities_of(&broker, &run_id);
+        if !caps.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let id = caps[0]["capability_id"].as_str().unwrap();
+    let admin = std::fs::read_to_string(broker.dir.join("admin.token")).unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/capabilities/{id}/revoke", broker.addr))
+        .bearer_auth(admin.trim())
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(123), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lapse"),
+        "{out:?}"
+    );
+}
+
+/// On a terminal, the command's own process group is made the foreground
+/// group for its life (an interactive tool reads the terminal instead of being
+/// stopped by SIGTTIN) and `exec` takes the terminal back after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_hands_the_terminal_to_the_command() {
+    let broker = start_dev_broker().await;
+    let (_run_id, token_file) = sandbox_run(&broker).await;
+    // script(1) runs the line on a new pseudo-terminal, fed from its stdin.
+    let line = format!(
+        "{BIN} exec --token read=svc-reports:reports/2026/q3.csv -- sh -c 'read x; echo got:$x'; \
+         echo back:$(ps -o stat= -p $$)"
+    );
+    let mut child = Command::new("timeout")
+        .args(["20", "script", "-qec", &line, "/dev/null"])
+        .env("TESSERA_ADDR", &broker.addr)
+        .env("TESSERA_RUN_TOKEN_FILE", &token_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"typed\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{:?} {text}", out.status);
+    assert!(text.contains("got:typed"), "{text}");
+    assert!(
+        text.contains("back:S"),
+        "the shell is in the foreground again: {text}"
+    );
+}

@@ -7,6 +7,7 @@
 mod admin;
 mod audit;
 mod backends;
+mod child;
 mod policy;
 mod sandbox;
 mod serve;

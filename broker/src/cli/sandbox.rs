@@ -13,6 +13,7 @@ use clap::{Args, Subcommand};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 use tessera_client::{Capability, Client, Error};
 
 /// A message on stderr that cannot fail: with stderr closed (a pipe nobody
@@ -32,6 +33,9 @@ const EXIT_NOT_FOUND: u8 = 127;
 /// The command ran, but a capability obtained for it could not be revoked
 /// after retries: the command's own code is replaced so that this is seen.
 const EXIT_REVOKE_FAILED: u8 = 124;
+/// The capabilities' holds lapsed (renewal refused, or the broker unreachable
+/// for a whole hold): their credentials are gone, so the command was stopped.
+const EXIT_HOLD_LAPSED: u8 = 123;
 /// Revocation attempts per capability at exit.
 const REVOKE_ATTEMPTS: u32 = 3;
 
@@ -68,6 +72,15 @@ pub struct ExecArgs {
     /// An access token for ACTION=RESOURCE on a `token` backend, as TESSERA_ACCESS_TOKEN.
     #[arg(long = "token", value_name = "ACTION=RESOURCE")]
     pub token: Option<String>,
+    /// Every capability `exec` obtains lapses unless `exec` renews it within
+    /// this long (2s-3600s): if `exec` is killed before it can revoke, the
+    /// broker revokes them itself soon after. Renewed every third of it.
+    #[arg(long, value_name = "DURATION", default_value = "15s")]
+    pub hold: String,
+    /// After SIGTERM/SIGINT/SIGHUP/SIGQUIT is forwarded, or the command exits
+    /// leaving processes behind, how long they get before SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub grace: String,
     /// Keep this variable of the parent environment (repeatable).
     #[arg(long = "keep-env", value_name = "NAME")]
     pub keep_env: Vec<String>,
@@ -227,7 +240,25 @@ fn close_inherited_descriptors() {
     }
 }
 
+/// `--hold` and `--grace`, checked before anything is obtained.
+fn timings(args: &ExecArgs) -> Result<(Duration, Duration), String> {
+    let parse =
+        |flag: &str, v: &str| crate::grammar::parse_duration(v).map_err(|e| format!("{flag}: {e}"));
+    let hold = parse("--hold", &args.hold)?;
+    if !(2..=3600).contains(&hold.as_secs()) {
+        return Err("--hold: must be between 2s and 3600s".into());
+    }
+    Ok((hold, parse("--grace", &args.grace)?))
+}
+
 async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
+    let (hold, grace) = match timings(&args) {
+        Ok(t) => t,
+        Err(e) => {
+            say!("tessera exec: {e}");
+            return ExitCode::from(EXIT_TESSERA);
+        }
+    };
     let parent: BTreeMap<String, String> = std::env::vars().collect();
     let mut env = match base_environment(&parent, &args.keep_env, args.env_file.as_deref()) {
         Ok(env) => env,
@@ -240,6 +271,7 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     // kill `exec` with them unrevoked. The fetch in flight is let finish (its
     // ids are needed to revoke it), then everything is revoked.
     let mut signals = forwarded_signals();
+    let asked_at = Instant::now();
     let mut held: Vec<Capability> = Vec::new();
     let mut stopped_by = None;
     let obtained = {
@@ -271,7 +303,8 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
             EXIT_REVOKE_FAILED
         });
     }
-    let code = run_child(&args.command, &env, &mut signals).await;
+    let holder = Holder::new(&client, &held, hold, asked_at);
+    let code = run_child(&args.command, &env, &mut signals, holder, grace).await;
     if revoke_all(&client, &held).await {
         ExitCode::from(code)
     } else {
@@ -345,9 +378,14 @@ async fn obtain(
     held: &mut Vec<Capability>,
 ) -> Result<(), Error> {
     let grant = |flag: &str, v: &str| split_grant(flag, v).map_err(Error::Config);
+    let ask = |action: String, resource: String| async move {
+        client
+            .capability_held(&action, &resource, None, Some(&args.hold))
+            .await
+    };
     if let Some(spec) = &args.token {
         let (action, resource) = grant("--token", spec)?;
-        let cap = client.capability(&action, &resource).await?;
+        let cap = ask(action, resource).await?;
         let ex = client.exchange(&cap).await;
         held.push(cap);
         let ex = ex?;
@@ -359,7 +397,7 @@ async fn obtain(
     }
     if let Some(spec) = &args.aws {
         let (action, resource) = grant("--aws", spec)?;
-        let cap = client.capability(&action, &resource).await?;
+        let cap = ask(action, resource).await?;
         let ex = client.exchange(&cap).await;
         let id = cap.id().to_owned();
         let creds = ex.and_then(|ex| tessera_client::AwsCredentials::from_exchange(cap, ex));
@@ -381,7 +419,7 @@ async fn obtain(
     }
     if let Some(spec) = &args.db {
         let (action, resource) = grant("--db", spec)?;
-        let cap = client.capability(&action, &resource).await?;
+        let cap = ask(action, resource).await?;
         let ex = client.exchange(&cap).await;
         let id = cap.id().to_owned();
         let creds = ex.and_then(|ex| tessera_client::DatabaseCredentials::from_exchange(cap, ex));
@@ -460,18 +498,91 @@ async fn next_signal(streams: &mut Forwarded) -> Option<nix::sys::signal::Signal
     sig
 }
 
-/// Runs the child with exactly `env`, forwarding signals; returns the exit code
-/// to pass on (128 + N when the child died of signal N).
+/// Keeps the holds of what `exec` obtained alive while the command runs.
+struct Holder<'a> {
+    client: &'a Client,
+    ids: Vec<&'a str>,
+    hold: Duration,
+    /// When the last renewal that succeeded was sent (or the first capability
+    /// asked for): the broker's lapse is at most one hold after it.
+    renewed_at: Instant,
+}
+
+impl<'a> Holder<'a> {
+    fn new(client: &'a Client, held: &'a [Capability], hold: Duration, since: Instant) -> Self {
+        Holder {
+            client,
+            ids: held
+                .iter()
+                .filter(|c| c.lapses_at.is_some())
+                .map(Capability::id)
+                .collect(),
+            hold,
+            renewed_at: since,
+        }
+    }
+
+    fn every(&self) -> Duration {
+        self.hold / 3
+    }
+
+    /// One renewal; false once the holds are (or must be assumed) lapsed.
+    async fn renew(&mut self) -> bool {
+        if self.ids.is_empty() {
+            return true;
+        }
+        let sent = Instant::now();
+        match tokio::time::timeout(self.every(), self.client.renew_holds(&self.ids)).await {
+            Ok(Ok(r)) if r.lapsed.is_empty() => {
+                self.renewed_at = sent;
+                true
+            }
+            Ok(Ok(r)) => {
+                say!(
+                    "tessera exec: the broker let {} capabilities lapse; stopping the command (exit {EXIT_HOLD_LAPSED})",
+                    r.lapsed.len()
+                );
+                false
+            }
+            Ok(Err(_)) | Err(_) if self.renewed_at.elapsed() < self.hold => true,
+            _ => {
+                say!(
+                    "tessera exec: no renewal reached the broker for {}s; the command's credentials \
+                     are lapsing, stopping it (exit {EXIT_HOLD_LAPSED})",
+                    self.hold.as_secs()
+                );
+                false
+            }
+        }
+    }
+}
+
+/// Signals that ask the command to stop (and start the grace period).
+fn terminates(sig: nix::sys::signal::Signal) -> bool {
+    use nix::sys::signal::Signal;
+    matches!(
+        sig,
+        Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT
+    )
+}
+
+/// Runs the command with exactly `env` as a process tree of its own
+/// (`child`), forwarding signals to its group and renewing the holds; a
+/// command that does not stop within `grace` of a terminating signal (or of
+/// a lapse) is killed with its group. Returns the exit code to pass on (128 + N
+/// when the command died of signal N).
 async fn run_child(
     command: &[String],
     env: &BTreeMap<String, String>,
     streams: &mut Forwarded,
+    mut holder: Holder<'_>,
+    grace: Duration,
 ) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     let mut cmd = tokio::process::Command::new(&command[0]);
     cmd.args(&command[1..]).env_clear().envs(env);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let mut tree = match super::child::spawn(cmd) {
+        Ok(t) => t,
         Err(e) => {
             say!("tessera exec: cannot run {}: {e}", command[0]);
             return if e.kind() == std::io::ErrorKind::NotFound {
@@ -481,17 +592,42 @@ async fn run_child(
             };
         }
     };
-    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let every = holder.every();
+    // The first renewal is due one period after the first capability was
+    // asked for (at once if obtaining took longer).
+    let first = tokio::time::Instant::from_std(holder.renewed_at + every);
+    let mut renewals = tokio::time::interval_at(first, every);
+    renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut lapsed = false;
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status,
+            status = tree.wait() => break status,
             sig = next_signal(streams) => {
-                if let (Some(sig), Some(pid)) = (sig, pid) {
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+                if let Some(sig) = sig {
+                    tree.signal(sig);
+                    if terminates(sig) && kill_at.is_none() {
+                        kill_at = Some(tokio::time::Instant::now() + grace);
+                    }
                 }
+            }
+            _ = renewals.tick(), if !lapsed => {
+                if !holder.renew().await {
+                    lapsed = true;
+                    tree.signal(nix::sys::signal::Signal::SIGTERM);
+                    kill_at.get_or_insert(tokio::time::Instant::now() + grace);
+                }
+            }
+            _ = sleep_until(kill_at) => {
+                tree.kill_all();
+                kill_at = None;
             }
         }
     };
+    tree.finish(grace).await;
+    if lapsed {
+        return EXIT_HOLD_LAPSED;
+    }
     match status {
         Ok(s) => match (s.code(), s.signal()) {
             (Some(code), _) => u8::try_from(code).unwrap_or(1),
@@ -502,6 +638,14 @@ async fn run_child(
             say!("tessera exec: waiting for the command failed: {e}");
             EXIT_TESSERA
         }
+    }
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

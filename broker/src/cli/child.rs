@@ -1,0 +1,246 @@
+//! The command `tessera exec` runs, as a process tree `exec` owns and ends.
+//!
+//! Why: `exec` revokes what it obtained when the command is done, so "done"
+//! must mean every process the command started, not just the first one — a
+//! `sh -c 'daemon &'` or a `setsid` child would otherwise keep using the
+//! credentials after they were handed back, and a `--token` JWT or `--aws` keys
+//! stay valid until they expire. So:
+//! - the command leads a process group of its own (signals go to all of it),
+//!   and, when `exec` owns the terminal, the terminal is handed to that group
+//!   for the command's life (so interactive tools keep working);
+//! - `exec` is a child subreaper: a descendant that leaves the group or the
+//!   session, orphaned, is re-parented to `exec` instead of init, so it stays
+//!   findable;
+//! - the command gets `PR_SET_PDEATHSIG` = SIGKILL: if `exec` is killed, the
+//!   kernel kills the command (a hostile command can undo this for itself —
+//!   which is why the capabilities also lapse on the broker, see `holds`);
+//! - when the command exits, what it left behind gets SIGTERM, then SIGKILL
+//!   after the grace period, and is reaped.
+//!
+//! What it cannot do without cgroups or a PID namespace: a process that
+//! double-forks faster than it is killed can outrun a sweep for a while (each
+//! sweep kills what it finds, and sweeps repeat until none is left or the
+//! grace ends); the broker-side hold bounds what such a process can still use.
+//!
+//! The one `unsafe` block of the workspace is here: `pre_exec`, whose closure
+//! runs between fork and exec and calls only async-signal-safe system calls
+//! (`prctl`, `getppid`, `sigprocmask`, `tcsetpgrp`), allocating nothing.
+
+use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
+use nix::unistd::{getpgrp, getpid, getppid, tcgetpgrp, tcsetpgrp, Pid};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::IsTerminal;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+/// The running command and the group it leads.
+pub struct Tree {
+    child: tokio::process::Child,
+    group: Pid,
+    /// The terminal (stdin) was handed to the command's group and is taken back.
+    terminal: bool,
+}
+
+/// Whether stdin is a terminal whose foreground group is `exec`'s own.
+fn owns_terminal() -> bool {
+    std::io::stdin().is_terminal() && tcgetpgrp(std::io::stdin()).is_ok_and(|g| g == getpgrp())
+}
+
+/// Runs `f` with SIGTTOU blocked: a background process may then set the
+/// terminal's foreground group (POSIX), instead of being stopped.
+fn without_sigttou<T>(f: impl FnOnce() -> T) -> T {
+    let mut block = SigSet::empty();
+    block.add(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    let blocked = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&block), Some(&mut old)).is_ok();
+    let out = f();
+    if blocked {
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+    out
+}
+
+/// Starts `cmd` as a tree `exec` owns (see the module docs).
+pub fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<Tree> {
+    // Orphaned descendants come to `exec`, not init. Not fatal if refused
+    // (old kernels): the group is still killed.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let terminal = owns_terminal();
+    let parent = getpid();
+    cmd.process_group(0);
+    #[allow(unsafe_code)]
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls; it allocates nothing (errors are raw
+    // errno values) and touches no lock.
+    unsafe {
+        cmd.pre_exec(move || in_child(parent, terminal));
+    }
+    let child = cmd.spawn()?;
+    let group = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .map(Pid::from_raw)
+        .ok_or_else(|| std::io::Error::other("the command has no pid"))?;
+    if terminal {
+        // Also done in the child; whichever runs first wins, the other is a no-op.
+        without_sigttou(|| {
+            let _ = tcsetpgrp(std::io::stdin(), group);
+        });
+    }
+    Ok(Tree {
+        child,
+        group,
+        terminal,
+    })
+}
+
+/// Between fork and exec, in the child.
+fn in_child(parent: Pid, terminal: bool) -> std::io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    // `exec` died before the line above: nobody would revoke or kill; do not run.
+    if getppid() != parent {
+        return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+    }
+    if terminal {
+        without_sigttou(|| tcsetpgrp(std::io::stdin(), getpid()))?;
+    }
+    Ok(())
+}
+
+impl Tree {
+    /// Waits for the command itself (the group's leader) to exit.
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// Sends `sig` to the command's whole group.
+    pub fn signal(&self, sig: Signal) {
+        let _ = kill(Pid::from_raw(-self.group.as_raw()), sig);
+    }
+
+    /// SIGKILL to the group and to every descendant found.
+    pub fn kill_all(&self) {
+        self.signal(Signal::SIGKILL);
+        for pid in self.leftovers() {
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+    }
+
+    /// After the command exited: SIGTERM to what it left behind, SIGKILL to
+    /// what is still there after `grace`, everything reaped; the terminal is
+    /// taken back.
+    pub async fn finish(self, grace: Duration) {
+        if self.terminal {
+            without_sigttou(|| {
+                let _ = tcsetpgrp(std::io::stdin(), getpgrp());
+            });
+        }
+        let deadline = Instant::now() + grace;
+        let mut sig = Signal::SIGTERM;
+        loop {
+            reap();
+            let left = self.leftovers();
+            if left.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                sig = Signal::SIGKILL;
+            }
+            self.signal(sig);
+            for pid in &left {
+                let _ = kill(*pid, sig);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Live processes of the command's group, and every live descendant of
+    /// `exec` (orphans come to it as subreaper).
+    fn leftovers(&self) -> Vec<Pid> {
+        let me = getpid().as_raw();
+        let procs = processes();
+        let mut tree: BTreeSet<i32> = BTreeSet::from([me]);
+        loop {
+            let before = tree.len();
+            for (pid, p) in &procs {
+                if tree.contains(&p.ppid) {
+                    tree.insert(*pid);
+                }
+            }
+            if tree.len() == before {
+                break;
+            }
+        }
+        procs
+            .iter()
+            .filter(|(pid, p)| {
+                **pid != me && !p.zombie && (tree.contains(pid) || p.pgrp == self.group.as_raw())
+            })
+            .map(|(pid, _)| Pid::from_raw(*pid))
+            .collect()
+    }
+}
+
+/// Reaps every exited child (the command's leader is already reaped by tokio).
+fn reap() {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
+struct Proc {
+    ppid: i32,
+    pgrp: i32,
+    zombie: bool,
+}
+
+/// Every process in `/proc`, by pid.
+fn processes() -> BTreeMap<i32, Proc> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        if let Some(p) = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|s| parse_stat(&s))
+        {
+            out.insert(pid, p);
+        }
+    }
+    out
+}
+
+/// `pid (comm) state ppid pgrp …`; `comm` may hold spaces and parentheses,
+/// so the fields are read after the last `)`.
+fn parse_stat(stat: &str) -> Option<Proc> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(Proc {
+        ppid,
+        pgrp,
+        zombie: state == "Z" || state == "X",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_stat;
+
+    #[test]
+    fn stat_fields_are_read_after_the_command_name() {
+        let p = parse_stat("42 (a) b (c) S 7 9 9 0 -1").unwrap();
+        assert_eq!((p.ppid, p.pgrp, p.zombie), (7, 9, false));
+        assert!(parse_stat("43 (x) Z 1 1").unwrap().zombie);
+        assert!(parse_stat("garbage").is_none());
+    }
+}
