@@ -550,6 +550,8 @@ async fn sandbox_run(broker: &Broker) -> (String, PathBuf) {
         .unwrap();
     let file = broker.dir.join(format!("run-{}.token", free_port()));
     std::fs::write(&file, run["run_token"].as_str().unwrap()).unwrap();
+    // Clients refuse a token file that group or others may read.
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     (run["run_id"].as_str().unwrap().to_owned(), file)
 }
 
@@ -1109,6 +1111,8 @@ async fn exec_keeps_the_run_token_from_the_command() {
     let broker = start_dev_broker().await;
     let (_run_id, token_file) = sandbox_run(&broker).await;
     let token = std::fs::read_to_string(&token_file).unwrap();
+    // exec runs as nobody and reads the file in the file mode.
+    std::os::unix::fs::chown(&token_file, Some(65534), Some(65534)).unwrap();
     let hunt = r#"p=$PPID
         cat /proc/$p/environ; echo; cat /proc/$p/cmdline; echo
         ls -l /proc/$p/fd/; for f in /proc/$p/fd/*; do head -c 4096 "$f"; done
@@ -1424,4 +1428,56 @@ async fn exec_hands_the_terminal_to_the_command() {
         text.contains("back:S"),
         "the shell is in the foreground again: {text}"
     );
+}
+
+/// What the client library warns about reaches the sandbox command's stderr
+/// (there was no subscriber: the warning was dropped), and a token file that
+/// others may read is refused with the fix (issue 22, item 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_commands_warn_on_stderr_and_refuse_a_shared_token_file() {
+    let broker = start_dev_broker().await;
+    let (_run_id, token_file) = sandbox_run(&broker).await;
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--", "true"])
+        .env("TESSERA_ADDR", &broker.addr)
+        .env("TESSERA_RUN_TOKEN", token.trim())
+        .env("TESSERA_ALLOW_TOKEN_ENV", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("WARN") && stderr.contains("TESSERA_RUN_TOKEN"),
+        "{stderr:?}"
+    );
+    assert!(!stderr.contains(token.trim()));
+
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    for args in [
+        &["exec", "--", "true"][..],
+        &[
+            "token",
+            "capability",
+            "--action",
+            "read",
+            "--resource",
+            "svc-reports:a",
+        ][..],
+    ] {
+        let out = sandbox_cmd(&broker, &token_file)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            stderr.contains("mode 644") && stderr.contains("chmod 600"),
+            "{stderr}"
+        );
+    }
 }

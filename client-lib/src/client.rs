@@ -161,10 +161,24 @@ impl ClientBuilder {
         self
     }
 
-    /// Reads the run token from a file (a runtime mounts it into the sandbox).
+    /// Reads the run token from a file (a runtime mounts it into the sandbox);
+    /// refused when group or others may read it.
     pub fn run_token_file(self, path: impl AsRef<Path>) -> Result<Self, Error> {
-        let token = read_token(path.as_ref())?;
+        let token = read_token(path.as_ref(), true)?;
         Ok(self.run_token(token))
+    }
+
+    /// Reads the run token from inherited descriptor `fd` (a pipe, or a file the
+    /// runtime opened), then closes it: neither a later child nor a stray read
+    /// finds it there again.
+    pub fn run_token_fd(self, fd: u32) -> Result<Self, Error> {
+        let raw = i32::try_from(fd).ok().filter(|n| *n > 2).ok_or_else(|| {
+            Error::Config("TESSERA_RUN_TOKEN_FD must be a descriptor above 2".into())
+        })?;
+        let token = read_token(Path::new(&format!("/dev/fd/{raw}")), false);
+        // Closed whether or not the read worked: it was handed over for this.
+        let _ = nix::unistd::close(raw);
+        Ok(self.run_token(token?))
     }
 
     /// PEM certificates of the CA that signed the broker's TLS certificate.
@@ -338,13 +352,31 @@ fn check_token_shape(token: &str) -> Result<(), Error> {
     Ok(())
 }
 
-fn read_token(path: &Path) -> Result<SecretString, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+/// Reads a run token file. With `private`, a regular file that group or
+/// others may read is refused: the token in it is then anyone's on this
+/// machine (the mode is read from the opened file, not the path, so a swap
+/// between check and read changes nothing).
+fn read_token(path: &Path, private: bool) -> Result<SecretString, Error> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let cannot = |e: std::io::Error| {
         Error::Config(format!(
             "cannot read the run token from {}: {e}",
             path.display()
         ))
-    })?;
+    };
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if private && meta.is_file() && meta.mode() & 0o077 != 0 {
+        return Err(Error::Config(format!(
+            "the run token file {} has mode {:o}: group or others can read it; chmod 600 it \
+             (or hand the token over a descriptor, TESSERA_RUN_TOKEN_FD)",
+            path.display(),
+            meta.mode() & 0o777
+        )));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(cannot)?;
     Ok(SecretString::from(text.trim().to_owned()))
 }
 
@@ -376,7 +408,7 @@ impl Client {
             let n: u32 = fd
                 .parse()
                 .map_err(|_| Error::Config("TESSERA_RUN_TOKEN_FD must be a number".into()))?;
-            b.run_token_file(format!("/dev/fd/{n}"))?
+            b.run_token_fd(n)?
         } else if let Some(token) = env("TESSERA_RUN_TOKEN") {
             if env("TESSERA_ALLOW_TOKEN_ENV").as_deref() != Some("1") {
                 return Err(Error::Config(
@@ -641,6 +673,40 @@ mod tests {
         let e = check_transport("http://127.0.0.1:8700", true, false).unwrap_err();
         assert!(e.to_string().contains("TESSERA_CA_FILE"), "{e}");
         check_transport("https://h:1", true, false).unwrap();
+    }
+
+    /// A token file others may read is refused, whatever its content; the
+    /// descriptor mode is not (the descriptor is the grant).
+    #[test]
+    fn a_token_file_readable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tessera-client-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("run.token");
+        std::fs::write(
+            &file,
+            "tsr_run_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n",
+        )
+        .unwrap();
+        let path = file.display().to_string();
+        let lookup = |k: &str| match k {
+            "TESSERA_ADDR" => Some("http://127.0.0.1:1".to_owned()),
+            "TESSERA_RUN_TOKEN_FILE" => Some(path.clone()),
+            _ => None,
+        };
+        for mode in [0o644, 0o640, 0o604, 0o666, 0o660] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = Client::from_lookup(&lookup).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("{mode:o}")) && e.to_string().contains("chmod 600"),
+                "{mode:o}: {e}"
+            );
+        }
+        for mode in [0o600, 0o400] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            Client::from_lookup(&lookup).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

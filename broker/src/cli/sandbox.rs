@@ -117,6 +117,19 @@ pub enum TokenCommand {
     },
 }
 
+/// Warnings (the client library's, e.g. a run token taken from the
+/// environment) go to stderr, one line each; nothing below WARN, so a sandbox
+/// command's stderr stays the command's. A closed stderr is ignored.
+fn warnings_to_stderr() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .with_ansi(false)
+        .try_init();
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -133,6 +146,7 @@ fn split_grant(flag: &str, value: &str) -> Result<(String, String), String> {
 
 /// `tessera credential-process`: AWS `credential_process` JSON on stdout.
 pub fn credential_process(args: CredentialProcessArgs) -> ExitCode {
+    warnings_to_stderr();
     let result = runtime().and_then(|rt| {
         rt.block_on(async {
             let client = Client::from_env().map_err(|e| e.to_string())?;
@@ -157,6 +171,7 @@ pub fn credential_process(args: CredentialProcessArgs) -> ExitCode {
 
 /// `tessera token capability`.
 pub fn token(command: TokenCommand) -> ExitCode {
+    warnings_to_stderr();
     let TokenCommand::Capability {
         action,
         resource,
@@ -203,6 +218,7 @@ pub fn token(command: TokenCommand) -> ExitCode {
 /// starts, then every inherited descriptor above stderr is closed, the
 /// token's included, so the command inherits none of them.
 pub fn exec(args: ExecArgs) -> ExitCode {
+    warnings_to_stderr();
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         say!("tessera exec: cannot make this process non-dumpable: {e}");
         return ExitCode::from(EXIT_TESSERA);

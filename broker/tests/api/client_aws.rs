@@ -10,10 +10,17 @@ use std::path::Path;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
+/// Mode 0600: clients refuse a token file that group or others may read.
+pub(crate) fn private(f: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 /// A file holding `token`, as a runtime mounts it into a sandbox.
 fn token_file(dir: &Path, token: &str) -> std::path::PathBuf {
     let f = dir.join("run.token");
     std::fs::write(&f, token).unwrap();
+    private(&f);
     f
 }
 

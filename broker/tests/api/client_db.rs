@@ -15,6 +15,7 @@ async fn exec_runs_psql_as_a_user_that_reads_one_table_and_is_then_gone() {
     let dir = crate::helpers::TempDir::new();
     let token_file = dir.0.join("run.token");
     std::fs::write(&token_file, &token).unwrap();
+    crate::client_aws::private(&token_file);
     let s = &fx.schema;
     let script = format!(
         "psql -XtAc 'select v from {s}.granted' && \
