@@ -16,7 +16,7 @@
 //! Each refresh is a new capability and one exchange (one use); the credentials are
 //! refreshed a minute (at most a fifth of their lifetime) before they expire.
 
-use crate::refresh::Refreshing;
+use crate::refresh::{Now, Refreshing};
 use crate::Client;
 use aws_credential_types::provider::{self, error::CredentialsError, ProvideCredentials};
 use aws_credential_types::Credentials;
@@ -40,11 +40,41 @@ impl std::fmt::Debug for TesseraCredentials {
 
 impl TesseraCredentials {
     pub fn new(client: Client, action: &str, resource: &str) -> Self {
+        Self::with_clock(
+            client,
+            action,
+            resource,
+            Arc::new(std::time::SystemTime::now),
+        )
+    }
+
+    /// Like [`TesseraCredentials::new`], deciding refreshes by `now` (tests).
+    pub fn with_clock(client: Client, action: &str, resource: &str, now: Now) -> Self {
         let (action, resource) = (action.to_owned(), resource.to_owned());
+        // Each provider is its own slot: a refresh supersedes (revokes) the
+        // capability of the credentials it replaces.
+        static PROVIDERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = PROVIDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let slot = format!("aws-provider:{}:{started}:{n}", std::process::id());
         let refreshing = Refreshing::new(MARGIN, move || {
-            let (client, action, resource) = (client.clone(), action.clone(), resource.clone());
+            let (client, action, resource, slot) = (
+                client.clone(),
+                action.clone(),
+                resource.clone(),
+                slot.clone(),
+            );
             async move {
-                let c = client.aws_credentials(&action, &resource).await?;
+                let ask = crate::Ask {
+                    slot: Some(&slot),
+                    ..Default::default()
+                };
+                let c = client
+                    .aws_credentials_with(&action, &resource, &ask)
+                    .await?;
                 let expires = c.expires().ok_or_else(|| {
                     crate::Error::Protocol("AWS credentials without an expiry".into())
                 })?;
@@ -59,7 +89,7 @@ impl TesseraCredentials {
             }
         });
         TesseraCredentials {
-            inner: Arc::new(refreshing),
+            inner: Arc::new(refreshing.with_clock(now)),
         }
     }
 

@@ -148,6 +148,20 @@ impl Default for ClientBuilder {
     }
 }
 
+/// What a capability request may ask for beyond action and resource.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ask<'a> {
+    /// At most this lifetime, e.g. `"5m"`.
+    pub ttl: Option<&'a str>,
+    /// Lapse — and be revoked by the broker, downstream credentials included —
+    /// unless [`Client::renew_holds`] names it within this long (e.g. `"15s"`):
+    /// for a holder that may die without revoking (`tessera exec`).
+    pub hold: Option<&'a str>,
+    /// Supersede: issuing it revokes the run's earlier live capabilities asked
+    /// for in the same slot (a helper called again for the same grant).
+    pub slot: Option<&'a str>,
+}
+
 impl ClientBuilder {
     /// Broker address, e.g. `https://tessera.internal:8700`.
     pub fn address(mut self, base: impl Into<String>) -> Self {
@@ -449,25 +463,26 @@ impl Client {
         resource: &str,
         ttl: Option<&str>,
     ) -> Result<Capability, Error> {
-        self.capability_held(action, resource, ttl, None).await
+        let ask = Ask {
+            ttl,
+            ..Ask::default()
+        };
+        self.capability_with(action, resource, &ask).await
     }
 
-    /// Like [`Client::capability_for`], with a hold (e.g. `"15s"`): the
-    /// capability lapses — and the broker revokes it, downstream credentials
-    /// included — unless [`Client::renew_holds`] names it within that long.
-    /// For a holder that may die without revoking (`tessera exec`).
-    pub async fn capability_held(
+    /// A capability with the options of `ask` (ttl, hold, slot).
+    pub async fn capability_with(
         &self,
         action: &str,
         resource: &str,
-        ttl: Option<&str>,
-        hold: Option<&str>,
+        ask: &Ask<'_>,
     ) -> Result<Capability, Error> {
         let body = CapabilityRequest {
             action: action.to_owned(),
             resource: resource.to_owned(),
-            ttl: ttl.map(str::to_owned),
-            hold: hold.map(str::to_owned),
+            ttl: ask.ttl.map(str::to_owned),
+            hold: ask.hold.map(str::to_owned),
+            slot: ask.slot.map(str::to_owned),
         };
         let r: CapabilityResponse = self
             .send("/v1/capabilities", Some(&body), Bearer::Run)
@@ -526,7 +541,18 @@ impl Client {
         action: &str,
         resource: &str,
     ) -> Result<AwsCredentials, Error> {
-        let cap = self.capability(action, resource).await?;
+        self.aws_credentials_with(action, resource, &Ask::default())
+            .await
+    }
+
+    /// Like [`Client::aws_credentials`], with the options of `ask`.
+    pub async fn aws_credentials_with(
+        &self,
+        action: &str,
+        resource: &str,
+        ask: &Ask<'_>,
+    ) -> Result<AwsCredentials, Error> {
+        let cap = self.capability_with(action, resource, ask).await?;
         let ex = self.exchange(&cap).await?;
         AwsCredentials::from_exchange(cap, ex)
     }

@@ -61,6 +61,11 @@ pub struct CapabilityRequest {
     /// (leases and downstream users included) soon after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<String>,
+    /// Issuing this capability revokes the run's earlier live ones asked for
+    /// in the same slot (1-640 printable ASCII characters, no space): for a
+    /// helper called again and again for the same grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
 }
 
 /// `POST /v1/capabilities` 201 response.

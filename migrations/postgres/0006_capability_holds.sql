@@ -6,3 +6,9 @@ ALTER TABLE capabilities ADD COLUMN hold_secs BIGINT;
 ALTER TABLE capabilities ADD COLUMN lapses_at BIGINT;
 CREATE INDEX capabilities_lapse ON capabilities(lapses_at)
     WHERE lapses_at IS NOT NULL AND revoked_at IS NULL;
+
+-- Slots: a capability issued in a slot supersedes (revokes, reason
+-- `superseded`) the run's earlier live capabilities in the same slot, in the
+-- issuing transaction. What a credential helper called again and again
+-- (`tessera credential-process`, a refreshing provider) asks for.
+ALTER TABLE capabilities ADD COLUMN slot TEXT;

@@ -84,6 +84,15 @@ pub async fn request(
         .transpose()
         .map_err(|e| ApiError::bad_request("invalid_hold", e))?;
 
+    if let Some(slot) = &req.slot {
+        if slot.is_empty() || slot.len() > 640 || !slot.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ApiError::bad_request(
+                "invalid_slot",
+                "slot must be 1-640 printable ASCII characters without spaces",
+            ));
+        }
+    }
+
     let policy_request =
         crate::reauthorize::policy_request(&run, &req.action, &res, requested_ttl, now);
     let decision = policy.decide(&policy_request);
@@ -267,9 +276,12 @@ async fn issue(
     };
     let token = jwt::encode(&keys.active, CAPABILITY_TYP, &claims);
     audit.capability_id = Some(jti.clone());
-    let hold = hold_secs.map(|h| format!(" hold={h}s")).unwrap_or_default();
+    let mut extra = hold_secs.map(|h| format!(" hold={h}s")).unwrap_or_default();
+    if req.slot.is_some() {
+        extra.push_str(" slot=yes");
+    }
     audit.detail = Some(format!(
-        "policies={} ttl={}s uses={} kid={}{hold}",
+        "policies={} ttl={}s uses={} kid={}{extra}",
         policies.join(","),
         expires_at - now,
         uses,
@@ -287,6 +299,7 @@ async fn issue(
         expires_at,
         uses,
         hold_secs,
+        slot: req.slot.clone(),
     };
     let held = Arc::new(HeldCapability::from(&record));
     let outcome = app

@@ -150,8 +150,15 @@ pub fn credential_process(args: CredentialProcessArgs) -> ExitCode {
     let result = runtime().and_then(|rt| {
         rt.block_on(async {
             let client = Client::from_env().map_err(|e| e.to_string())?;
+            // Called again whenever the SDK wants fresh credentials: each call
+            // supersedes the capability of the one before.
+            let slot = format!("credential-process:{}={}", args.action, args.resource);
+            let ask = tessera_client::Ask {
+                slot: Some(&slot),
+                ..Default::default()
+            };
             let creds = client
-                .aws_credentials(&args.action, &args.resource)
+                .aws_credentials_with(&args.action, &args.resource, &ask)
                 .await
                 .map_err(|e| e.to_string())?;
             Ok::<_, String>(creds.credential_process_json())
@@ -395,9 +402,11 @@ async fn obtain(
 ) -> Result<(), Error> {
     let grant = |flag: &str, v: &str| split_grant(flag, v).map_err(Error::Config);
     let ask = |action: String, resource: String| async move {
-        client
-            .capability_held(&action, &resource, None, Some(&args.hold))
-            .await
+        let ask = tessera_client::Ask {
+            hold: Some(&args.hold),
+            ..Default::default()
+        };
+        client.capability_with(&action, &resource, &ask).await
     };
     if let Some(spec) = &args.token {
         let (action, resource) = grant("--token", spec)?;

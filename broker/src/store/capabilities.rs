@@ -31,6 +31,8 @@ pub struct CapabilityRecord {
     pub uses: u32,
     /// Seconds a hold lasts without renewal (`None`: no hold).
     pub hold_secs: Option<i64>,
+    /// Issuing it revokes the run's other live capabilities in this slot.
+    pub slot: Option<String>,
 }
 
 /// One GCRA charge (microseconds): `bucket` may take one request every
@@ -207,8 +209,8 @@ pub(crate) async fn apply_issue_segment(
     for chunk in issued.chunks(ROWS_PER_INSERT) {
         let q = format!(
             "INSERT INTO capabilities (id, run_id, kid, action, resource, backend, policies, \
-             issued_at, expires_at, uses, uses_left, hold_secs, lapses_at) VALUES {}",
-            super::writer::values_placeholders(ctx.dialect, chunk.len(), 13)
+             issued_at, expires_at, uses, uses_left, hold_secs, lapses_at, slot) VALUES {}",
+            super::writer::values_placeholders(ctx.dialect, chunk.len(), 14)
         );
         let mut query = sqlx::query(&q);
         for r in chunk.iter().filter_map(|&i| slots[i].op.record.as_ref()) {
@@ -225,10 +227,12 @@ pub(crate) async fn apply_issue_segment(
                 .bind(i64::from(r.uses))
                 .bind(i64::from(r.uses))
                 .bind(r.hold_secs)
-                .bind(r.hold_secs.map(|h| r.issued_at + h));
+                .bind(r.hold_secs.map(|h| r.issued_at + h))
+                .bind(&r.slot);
         }
         query.execute(&mut *ctx.conn).await?;
     }
+    supersede(ctx, slots, &issued).await?;
     let dirty: Vec<String> = dirty.into_iter().collect();
     for chunk in dirty.chunks(ROWS_PER_INSERT) {
         let q = format!(
@@ -455,6 +459,49 @@ impl WriteOp for RevokeCapability {
             Ok(Some(true))
         })
     }
+}
+
+/// For every slot a capability of this batch was issued in, revokes the
+/// run's other live capabilities in that slot: the last one issued wins.
+async fn supersede(
+    ctx: &mut WriteCtx<'_>,
+    slots: &[&mut IssueSlot],
+    issued: &[usize],
+) -> Result<(), sqlx::Error> {
+    let mut last: HashMap<(&str, &str), (&str, &AuditEvent)> = HashMap::new();
+    for &i in issued {
+        if let Some(r) = &slots[i].op.record {
+            if let Some(slot) = &r.slot {
+                last.insert(
+                    (r.run_id.as_str(), slot.as_str()),
+                    (r.id.as_str(), &slots[i].op.audit),
+                );
+            }
+        }
+    }
+    let q = ctx.sql(
+        "SELECT id FROM capabilities WHERE run_id = $1 AND slot = $2 AND id <> $3 AND revoked_at IS NULL",
+    );
+    for ((run_id, slot), (winner, issued_ev)) in last {
+        let rows = sqlx::query(&q)
+            .bind(run_id)
+            .bind(slot)
+            .bind(winner)
+            .fetch_all(&mut *ctx.conn)
+            .await?;
+        for row in rows {
+            let id: String = row.try_get("id")?;
+            revoke_one(ctx, &id, "superseded", "superseded").await?;
+            let mut ev = issued_ev.clone();
+            ev.event = events::CAPABILITY_REVOKED;
+            ev.decision = "allow";
+            ev.reason = Some("superseded".into());
+            ev.detail = Some(format!("superseded_by={winner}"));
+            ev.capability_id = Some(id);
+            ctx.audit(&ev).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Marks a live capability revoked (`reason` stored with it), queues the

@@ -42,7 +42,7 @@ for what, call in [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boto3_gets_scoped_credentials_through_tessera_credential_process() {
     let app = app().await;
-    let (_, run_id, token) = app.run_for("alice").await;
+    let (key, run_id, token) = app.run_for("alice").await;
     let dir = crate::helpers::TempDir::new();
     let tokens = token_file(&dir.0, &token);
     let config = dir.0.join("config");
@@ -91,6 +91,21 @@ async fn boto3_gets_scoped_credentials_through_tessera_credential_process() {
         assert_eq!(policy["Statement"][0]["Action"], "s3:GetObject", "{s}");
         assert_eq!(s["tags"]["tessera:run"], run_id.as_str());
     }
+    // Each credential_process call superseded the one before: only the last
+    // capability is live, the others were revoked when it was issued.
+    let run: serde_json::Value = app
+        .get(&format!("/v1/runs/{run_id}"), Some(&key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let caps = run["capabilities"].as_array().unwrap();
+    assert!(
+        caps.len() > 1,
+        "boto3 called credential_process more than once: {caps:?}"
+    );
+    let live: Vec<_> = caps.iter().filter(|c| c["state"] == "active").collect();
+    assert_eq!(live.len(), 1, "superseded capabilities left live: {caps:?}");
 
     // Without a run token the command fails, and boto3 gets no credentials.
     let out = tokio::process::Command::new(BIN)
@@ -181,4 +196,50 @@ async fn the_rust_provider_fetches_scoped_credentials_and_caches_them() {
     assert_eq!(again.access_key_id(), creds.access_key_id());
     assert_eq!(moto().sessions_of(&run_id).await.len(), 1);
     assert!(creds.expiry().is_some());
+}
+
+/// A refresh supersedes: the capability behind the credentials it replaces is
+/// revoked when the new one is issued, so a long-lived provider holds one live
+/// capability, not one per refresh (issue 22, item 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_provider_revokes_what_a_refresh_replaces() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let app = app().await;
+    let (key, run_id, token) = app.run_for("alice").await;
+    let client = tessera_client::Client::builder()
+        .address(app.url(""))
+        .run_token(secrecy::SecretString::from(token))
+        .build()
+        .unwrap();
+    let skew = std::sync::Arc::new(AtomicU64::new(0));
+    let s = skew.clone();
+    let provider = tessera_client::aws::TesseraCredentials::with_clock(
+        client,
+        "s3:GetObject",
+        REPORTS_2026,
+        std::sync::Arc::new(move || {
+            std::time::SystemTime::now() + std::time::Duration::from_secs(s.load(Ordering::SeqCst))
+        }),
+    );
+    let first = provider.provide_credentials().await.unwrap();
+    // Past the first credentials' refresh window: the next call refreshes.
+    skew.store(24 * 3600, Ordering::SeqCst);
+    let second = provider.provide_credentials().await.unwrap();
+    assert_ne!(first.access_key_id(), second.access_key_id());
+    let run: serde_json::Value = app
+        .get(&format!("/v1/runs/{run_id}"), Some(&key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let states: Vec<&str> = run["capabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["revoked", "active"], "{run}");
+    let audit = app.audit("event=capability.revoked").await;
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0]["reason"], "superseded", "{audit:?}");
 }

@@ -1,6 +1,8 @@
 //! Holds: a capability asked for with a hold lapses unless renewed, and the
 //! broker revokes it — leases and the downstream database user included —
 //! with nobody left to ask. What `tessera exec` relies on when it is killed.
+//! Slots: a capability issued in a slot supersedes the run's earlier ones in
+//! it. What `tessera credential-process` and the AWS provider rely on.
 
 use crate::db_postgres::{exchange_ok, PgFixture};
 use crate::helpers::{assert_error, Db, TestApp};
@@ -210,4 +212,66 @@ async fn holds_are_renewed_only_for_their_own_run() {
     // Lapsed revocations are the sweeper's, nothing else's: nothing was lapsed.
     tessera_broker::expiry::sweep(&app.state).await.unwrap();
     assert!(app.audit("event=capability.lapsed").await.is_empty());
+}
+
+async fn in_slot(app: &TestApp, token: &str, slot: &str) -> reqwest::Response {
+    app.post(
+        "/v1/capabilities",
+        Some(token),
+        json!({ "action": "read", "resource": "svc-reports:reports/q1", "slot": slot }),
+    )
+    .await
+}
+
+async fn live_ids(app: &TestApp, key: &str, run_id: &str) -> Vec<String> {
+    let run: Value = app
+        .get(&format!("/v1/runs/{run_id}"), Some(key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    run["capabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["state"] == "active")
+        .map(|c| c["capability_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A slot keeps one live capability per run: the last issued — also when
+/// twenty are asked for at once — while other slots, unslotted capabilities
+/// and another run's same slot are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_keeps_one_live_capability_per_run() {
+    let app = TestApp::spawn(Db::Sqlite).await;
+    let (key, run_id, alice) = app.run_for("alice").await;
+    let (other_key, other_run, other) = app.run_for("alice").await;
+    let unslotted = app
+        .capability_ok(&alice, "read", "svc-reports:reports/q1")
+        .await;
+    let theirs: Value = in_slot(&app, &other, "helper").await.json().await.unwrap();
+    let elsewhere: Value = in_slot(&app, &alice, "another").await.json().await.unwrap();
+
+    let asks = (0..20).map(|_| in_slot(&app, &alice, "helper"));
+    let answers = futures_util::future::join_all(asks).await;
+    assert!(answers.iter().all(|r| r.status() == StatusCode::CREATED));
+    let mut live = live_ids(&app, &key, &run_id).await;
+    live.sort();
+    assert_eq!(live.len(), 3, "one per slot, plus the unslotted: {live:?}");
+    for kept in [&unslotted, &elsewhere] {
+        assert!(live.contains(&kept["capability_id"].as_str().unwrap().to_owned()));
+    }
+    assert_eq!(
+        live_ids(&app, &other_key, &other_run).await,
+        [theirs["capability_id"].as_str().unwrap()]
+    );
+    let superseded = app.audit("event=capability.revoked").await;
+    assert_eq!(superseded.len(), 19, "{superseded:?}");
+    assert!(superseded.iter().all(|e| e["reason"] == "superseded"));
+
+    for slot in ["", "has space", &"x".repeat(641), "tab\there"] {
+        let resp = in_slot(&app, &alice, slot).await;
+        assert_error(resp, StatusCode::BAD_REQUEST, "invalid_slot").await;
+    }
 }
