@@ -1042,6 +1042,10 @@ async fn exec_revokes_with_stderr_closed_and_never_passes_broker_secrets() {
         "TESSERA_STORE_URL",
         "TESSERA_TLS_KEY_FILE",
         "TESSERA_ADMIN_TOKEN_FILE",
+        // Any other broker variable, and any URL a backend's `url_env` may name.
+        "TESSERA_FAILPOINTS",
+        "PROD_PG_URL",
+        "DATABASE_URL",
     ] {
         let out = sandbox_cmd(&broker, &token_file)
             .env(secret, "broker-secret")

@@ -44,9 +44,19 @@ const BASICS: &[&str] = &[
     "PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR",
 ];
 
-/// Never handed to the child, whatever is asked.
-/// The run token's variables, and the broker's own secrets (a sandbox started
-/// next to a broker may have them in its environment).
+/// Whether `name` is never handed to the child, whatever is asked: the run
+/// token's variables and every other `TESSERA_*` one (the broker's own
+/// secrets — KEK, store URL, TLS key, admin token — may be in the environment
+/// of a sandbox started next to a broker) but the broker's address and CA,
+/// and every `*_URL` (a backend's `url_env` names one holding the broker's
+/// database password; a parent's `DATABASE_URL` is exactly what `--db`
+/// replaces).
+fn never_passed(name: &str) -> bool {
+    let address = matches!(name, "TESSERA_ADDR" | "TESSERA_CA_FILE");
+    NEVER.contains(&name) || (name.starts_with("TESSERA_") && !address) || name.ends_with("_URL")
+}
+
+/// Named explicitly (the rule in [`never_passed`] covers them too).
 const NEVER: &[&str] = &[
     "TESSERA_RUN_TOKEN",
     "TESSERA_RUN_TOKEN_FILE",
@@ -351,7 +361,7 @@ fn base_environment(
         if !is_env_name(name) {
             return Err(format!("--keep-env: {name:?} is not a variable name"));
         }
-        if NEVER.contains(&name.as_str()) {
+        if never_passed(name) {
             return Err(format!("--keep-env: {name} is never passed to the command"));
         }
         if let Some(v) = parent.get(name) {
@@ -376,7 +386,7 @@ fn base_environment(
                         n + 1
                     )
                 })?;
-            if NEVER.contains(&k) {
+            if never_passed(k) {
                 return Err(format!("--env-file: {k} is never passed to the command"));
             }
             env.insert(k.to_owned(), v.to_owned());
@@ -696,6 +706,17 @@ mod tests {
         let keys: Vec<&str> = env.keys().map(String::as_str).collect();
         assert_eq!(keys, ["HOME", "KEEP_ME", "LC_TIME", "PATH"]);
         assert!(base_environment(&parent, &["TESSERA_RUN_TOKEN_FILE".into()], None).is_err());
+        for name in [
+            "TESSERA_ANYTHING",
+            "DATABASE_URL",
+            "PROD_PG_URL",
+            "TESSERA_KEK",
+        ] {
+            assert!(never_passed(name), "{name}");
+        }
+        for name in ["TESSERA_ADDR", "TESSERA_CA_FILE", "KEEP_ME", "URL_PREFIX"] {
+            assert!(!never_passed(name), "{name}");
+        }
         assert!(base_environment(&parent, &["BAD-NAME".into()], None).is_err());
     }
 
