@@ -1485,3 +1485,58 @@ async fn sandbox_commands_warn_on_stderr_and_refuse_a_shared_token_file() {
         );
     }
 }
+
+/// The safe mode for a hostile command: `exec` runs as root and starts the
+/// command as another user (`--user nobody`). Told the token file's path, the
+/// command still cannot read it (0600, root's), cannot read `exec`'s `/proc`
+/// entries, and cannot kill or stop `exec` (another user's process): `exec`
+/// outlives it and revokes (issue 22, items 1 and 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_as_root_runs_the_command_as_another_user() {
+    let broker = start_dev_broker().await;
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let hostile = r#"id -u; cat "$0"; cat /proc/$PPID/environ
+        kill -9 $PPID && echo killed; kill -STOP $PPID && echo stopped
+        echo "home=$HOME user=$USER"; exit 7"#;
+    let out = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--user",
+            "nobody",
+            "--token",
+            "read=svc-reports:reports/2026/q1.csv",
+        ])
+        .args(["--", "sh", "-c", hostile])
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seen = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "exec outlived the command: {seen}"
+    );
+    assert!(stdout.starts_with("65534\n"), "{seen}");
+    assert!(
+        !seen.contains(token.trim()),
+        "the command read the token: {seen}"
+    );
+    assert!(
+        !stdout.contains("killed") && !stdout.contains("stopped"),
+        "{seen}"
+    );
+    assert!(stdout.contains("home=/nonexistent user=nobody"), "{seen}");
+    let caps = capabilities_of(&broker, &run_id);
+    assert!(caps.iter().all(|c| c["state"] == "revoked"), "{caps:?}");
+
+    // Only root may switch users, and never to root.
+    for user in ["root", "0", "no-such-user-here"] {
+        let out = sandbox_cmd(&broker, &token_file)
+            .args(["exec", "--user", user, "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "--user {user}");
+    }
+}

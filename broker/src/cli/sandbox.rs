@@ -91,6 +91,15 @@ pub struct ExecArgs {
     /// leaving processes behind, how long they get before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub grace: String,
+    /// Run the command as this user (name or uid; exec must be root): the
+    /// command can then neither read a token file that only root may, nor read
+    /// exec's /proc entries, nor signal exec. Its HOME, USER and LOGNAME are
+    /// the user's; supplementary groups are dropped.
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+    /// With --user: this group (name or gid) instead of the user's own.
+    #[arg(long, value_name = "GROUP", requires = "user")]
+    pub group: Option<String>,
     /// Keep this variable of the parent environment (repeatable).
     #[arg(long = "keep-env", value_name = "NAME")]
     pub keep_env: Vec<String>,
@@ -293,13 +302,20 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
         }
     };
     let parent: BTreeMap<String, String> = std::env::vars().collect();
-    let mut env = match base_environment(&parent, &args.keep_env, args.env_file.as_deref()) {
-        Ok(env) => env,
+    let prepared = base_environment(&parent, &args.keep_env, args.env_file.as_deref())
+        .and_then(|env| Ok((env, run_as(args.user.as_deref(), args.group.as_deref())?)));
+    let (mut env, identity) = match prepared {
+        Ok(p) => p,
         Err(e) => {
             say!("tessera exec: {e}");
             return ExitCode::from(EXIT_TESSERA);
         }
     };
+    if let Some(id) = &identity {
+        env.insert("HOME".into(), id.home.clone());
+        env.insert("USER".into(), id.name.clone());
+        env.insert("LOGNAME".into(), id.name.clone());
+    }
     // Handlers first: a signal while credentials are being obtained must not
     // kill `exec` with them unrevoked. The fetch in flight is let finish (its
     // ids are needed to revoke it), then everything is revoked.
@@ -337,12 +353,70 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
         });
     }
     let holder = Holder::new(&client, &held, hold, asked_at);
-    let code = run_child(&args.command, &env, &mut signals, holder, grace).await;
+    let code = run_child(
+        &args.command,
+        &env,
+        identity.as_ref(),
+        &mut signals,
+        holder,
+        grace,
+    )
+    .await;
     if revoke_all(&client, &held).await {
         ExitCode::from(code)
     } else {
         ExitCode::from(EXIT_REVOKE_FAILED)
     }
+}
+
+/// Whom `--user`/`--group` name.
+struct Identity {
+    uid: u32,
+    gid: u32,
+    name: String,
+    home: String,
+}
+
+/// Resolves `--user` and `--group`: only root may switch, and never to root
+/// (the command would be as strong as `exec`).
+fn run_as(user: Option<&str>, group: Option<&str>) -> Result<Option<Identity>, String> {
+    use nix::unistd::{Gid, Group, Uid, User};
+    let Some(user) = user else { return Ok(None) };
+    if !nix::unistd::geteuid().is_root() {
+        return Err("--user: exec must run as root to start the command as another user".into());
+    }
+    let found = match user.parse::<u32>() {
+        Ok(uid) => User::from_uid(Uid::from_raw(uid)),
+        Err(_) => User::from_name(user),
+    };
+    let u = found
+        .map_err(|e| format!("--user {user}: {e}"))?
+        .ok_or_else(|| format!("--user: no user {user:?}"))?;
+    if u.uid.is_root() {
+        return Err("--user: the command may not run as root".into());
+    }
+    let gid = match group {
+        None => u.gid,
+        Some(g) => {
+            let found = match g.parse::<u32>() {
+                Ok(gid) => Group::from_gid(Gid::from_raw(gid)),
+                Err(_) => Group::from_name(g),
+            };
+            found
+                .map_err(|e| format!("--group {g}: {e}"))?
+                .ok_or_else(|| format!("--group: no group {g:?}"))?
+                .gid
+        }
+    };
+    if gid.as_raw() == 0 {
+        return Err("--group: the command may not run in group root".into());
+    }
+    Ok(Some(Identity {
+        uid: u.uid.as_raw(),
+        gid: gid.as_raw(),
+        name: u.name,
+        home: u.dir.display().to_string(),
+    }))
 }
 
 /// The scrubbed environment: basics, kept names, the env file.
@@ -609,6 +683,7 @@ fn terminates(sig: nix::sys::signal::Signal) -> bool {
 async fn run_child(
     command: &[String],
     env: &BTreeMap<String, String>,
+    identity: Option<&Identity>,
     streams: &mut Forwarded,
     mut holder: Holder<'_>,
     grace: Duration,
@@ -616,6 +691,10 @@ async fn run_child(
     use std::os::unix::process::ExitStatusExt;
     let mut cmd = tokio::process::Command::new(&command[0]);
     cmd.args(&command[1..]).env_clear().envs(env);
+    if let Some(id) = identity {
+        // std drops root's supplementary groups when it switches the uid.
+        cmd.uid(id.uid).gid(id.gid);
+    }
     let mut tree = match super::child::spawn(cmd) {
         Ok(t) => t,
         Err(e) => {
