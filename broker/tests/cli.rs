@@ -1229,22 +1229,85 @@ async fn gone_within(pid: i32, within: Duration) -> bool {
     true
 }
 
-/// The command kills `exec` with SIGKILL, and a supervisor's `timeout -k`
-/// kills `exec` while the command ignores SIGTERM: in both cases nobody is
-/// left to revoke, and still the capability is revoked by the broker once
-/// `exec`'s hold lapses — within hold (2 s) + sweep (1 s) + slack — and the
-/// command itself is killed with `exec` (PR_SET_PDEATHSIG) (issue 22, item 3;
-/// the test saw the capability live for its whole ttl first).
+/// A table of this test's own in the `analytics` database of the machine's
+/// PostgreSQL (the repository's policy lets analysts SELECT from
+/// `pg-main:analytics.public.*`), and a superuser connection to inspect roles.
+async fn analytics_table() -> (sqlx::PgConnection, String) {
+    use sqlx::Connection;
+    let server = "postgres://postgres@127.0.0.1:5432";
+    let mut admin = sqlx::PgConnection::connect(&format!("{server}/postgres"))
+        .await
+        .expect("PostgreSQL on 127.0.0.1:5432 (see the env notes)");
+    let exists = sqlx::query("SELECT 1 FROM pg_database WHERE datname = 'analytics'")
+        .fetch_optional(&mut admin)
+        .await
+        .unwrap();
+    if exists.is_none() {
+        // Another test may create it at the same moment.
+        let _ = sqlx::query("CREATE DATABASE analytics")
+            .execute(&mut admin)
+            .await;
+    }
+    let mut db = sqlx::PgConnection::connect(&format!("{server}/analytics"))
+        .await
+        .unwrap();
+    let table = format!("tsr_cli_{}", free_port());
+    sqlx::query(&format!("CREATE TABLE public.{table} (n int)"))
+        .execute(&mut db)
+        .await
+        .unwrap();
+    (admin, table)
+}
+
+async fn role_exists(admin: &mut sqlx::PgConnection, name: &str) -> bool {
+    sqlx::query("SELECT 1 FROM pg_roles WHERE rolname = $1")
+        .bind(name)
+        .fetch_optional(admin)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+/// The command kills `exec` with SIGKILL, stops it with SIGSTOP, or a
+/// supervisor's `timeout -k` kills `exec` while the command ignores SIGTERM:
+/// nobody is left to revoke, and still every capability is revoked by the
+/// broker once `exec`'s hold lapses — within hold (2 s) + sweep (1 s) + slack
+/// — with its database user dropped, and the command is killed with `exec`
+/// (PR_SET_PDEATHSIG) (issue 22, item 3; the test saw the capability live for
+/// its whole ttl first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_revokes_even_when_it_is_killed() {
     let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let broker = start_dev_broker_in(dir, Some("expiry_sweep_interval = \"1s\"\n")).await;
+    let config = r#"expiry_sweep_interval = "1s"
+
+[backends.svc-reports]
+kind = "token"
+audience = "https://reports.internal"
+
+[backends.pg-main]
+kind = "postgres"
+url_env = "TESSERA_CLI_PG"
+strict = false
+"#;
+    let broker = start_dev_broker_with(
+        dir,
+        Some(config),
+        &[(
+            "TESSERA_CLI_PG",
+            "postgres://postgres@127.0.0.1:5432/analytics",
+        )],
+    )
+    .await;
+    let (mut admin, table) = analytics_table().await;
     let bound = Duration::from_secs(2 + 1 + 12);
 
-    // The command kills its parent, then carries on.
+    // The command kills its parent, then carries on with its database user.
     let (run_id, token_file) = sandbox_run(&broker).await;
-    let pidfile = broker.dir.join("killer.pid");
+    let (pidfile, userfile) = (
+        broker.dir.join("killer.pid"),
+        broker.dir.join("killer.user"),
+    );
     let status = sandbox_cmd(&broker, &token_file)
         .args([
             "exec",
@@ -1253,26 +1316,75 @@ async fn exec_revokes_even_when_it_is_killed() {
             "--token",
             "read=svc-reports:reports/2026/q1.csv",
         ])
+        .arg("--db")
+        .arg(format!("select=pg-main:analytics.public.{table}"))
+        .args(["--", "sh", "-c"])
+        .arg(r#"echo $PGUSER > "$1"; echo $$ > "$0"; kill -9 $PPID; exec sleep 60"#)
+        .arg(&pidfile)
+        .arg(&userfile)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), None, "exec was killed: {status:?}");
+    let command = pid_in(&pidfile).await;
+    let user = std::fs::read_to_string(&userfile)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(user.starts_with("tsr_"), "{user}");
+    assert!(
+        all_revoked_within(&broker, &run_id, bound).await,
+        "still live: {:?}",
+        capabilities_of(&broker, &run_id)
+    );
+    let deadline = std::time::Instant::now() + bound;
+    while role_exists(&mut admin, &user).await && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !role_exists(&mut admin, &user).await,
+        "{user} outlived exec"
+    );
+    assert!(
+        gone_within(command, bound).await,
+        "the command outlived exec"
+    );
+
+    // The command stops its parent: the hold lapses all the same; once
+    // continued, exec learns it and stops the command (exit 123).
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let pidfile = broker.dir.join("stopper.pid");
+    let exec = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--hold", "2s", "--grace", "1s"])
         .args([
+            "--token",
+            "read=svc-reports:reports/2026/q1.csv",
             "--",
             "sh",
             "-c",
-            r#"echo $$ > "$0"; kill -9 $PPID; exec sleep 60"#,
         ])
+        .arg(r#"echo $$ > "$0"; kill -STOP $PPID; exec sleep 60"#)
         .arg(&pidfile)
-        .status()
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert_eq!(status.code(), None, "exec was killed: {status}");
     let command = pid_in(&pidfile).await;
     assert!(
         all_revoked_within(&broker, &run_id, bound).await,
         "still live: {:?}",
         capabilities_of(&broker, &run_id)
     );
-    assert!(
-        gone_within(command, bound).await,
-        "the command outlived exec"
-    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(exec.id() as i32),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || exec.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(123), "{out:?}");
+    assert!(!alive(command));
 
     // The command ignores SIGTERM; `timeout -k 1 1` kills exec after 2 s.
     let (run_id, token_file) = sandbox_run(&broker).await;
