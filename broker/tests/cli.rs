@@ -1104,6 +1104,58 @@ async fn exec_revokes_what_it_fetched_when_stopped_while_fetching() {
     assert!(caps.iter().all(|c| c["state"] == "revoked"), "{caps:?}");
 }
 
+/// The holds are renewed from the first capability on: an exchange that takes
+/// longer than the hold (held by a failpoint) does not make the capability
+/// lapse before the command runs (the review saw renewals start only with the
+/// command).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_renews_while_it_is_still_obtaining() {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broker = start_dev_broker_with(
+        dir,
+        Some("expiry_sweep_interval = \"1s\"\n"),
+        &[("TESSERA_FAILPOINTS", "exchange.before_issue=sleep(4500)")],
+    )
+    .await;
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let out = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--hold",
+            "2s",
+            "--token",
+            "read=svc-reports:reports/2026/q3.csv",
+        ])
+        .args(["--", "sh", "-c", "sleep 1; echo ran"])
+        .output()
+        .unwrap();
+    let seen = format!("{out:?}");
+    assert_eq!(out.status.code(), Some(0), "{seen}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ran"),
+        "{seen}"
+    );
+    let caps = capabilities_of(&broker, &run_id);
+    assert_eq!(caps.len(), 1);
+    assert_eq!(
+        caps[0]["state"], "revoked",
+        "revoked by exec at the end: {caps:?}"
+    );
+    assert!(
+        broker_audit(&broker, "capability.lapsed").is_empty(),
+        "it never lapsed"
+    );
+}
+
+/// The audit rows of one event, through the admin CLI.
+fn broker_audit(broker: &Broker, event: &str) -> Vec<Value> {
+    let out = stdout_of(&cli(broker, &["audit", "tail", "--event", event, "--json"]));
+    out.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 /// The command `exec` runs, as an unprivileged user (the test is root, and root
 /// may read any process), hunts the run token in every place a process of the
 /// same user could look — the parent's `environ`, `cmdline`, `mem` and open
@@ -1471,6 +1523,44 @@ async fn exec_escalates_and_leaves_no_process_behind() {
     }
     assert!(all_revoked_within(&broker, &run_id, Duration::ZERO).await);
 
+    // A leftover whose main thread exited while another thread runs shows as a
+    // zombie but is alive (and no waitpid reaps it): it is killed too.
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let ghost = broker.dir.join("ghost.pid");
+    let program = format!(
+        "import ctypes, os, threading, time\n\
+         threading.Thread(target=lambda: time.sleep(60)).start()\n\
+         open({:?}, 'w').write(str(os.getpid()))\n\
+         ctypes.CDLL(None).pthread_exit(None)\n",
+        ghost.display().to_string()
+    );
+    let status = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--grace",
+            "1s",
+            "--token",
+            "read=svc-reports:reports/2026/q2.csv",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            r#"python3 -c "$0" & while [ ! -s "$1" ]; do sleep 0.05; done"#,
+        ])
+        .arg(&program)
+        .arg(&ghost)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let pid = pid_in(&ghost).await;
+    let threads = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    assert!(
+        !threads.contains("Threads:\t2"),
+        "the ghost outlived exec: {threads}"
+    );
+    assert!(all_revoked_within(&broker, &run_id, Duration::ZERO).await);
+
     // An admin revokes the capability while the command runs: the next
     // renewal learns it, and exec stops the command and says so (exit 123).
     let (run_id, token_file) = sandbox_run(&broker).await;
@@ -1642,6 +1732,38 @@ async fn exec_as_root_runs_the_command_as_another_user() {
     assert!(stdout.contains("home=/nonexistent user=nobody"), "{seen}");
     let caps = capabilities_of(&broker, &run_id);
     assert!(caps.iter().all(|c| c["state"] == "revoked"), "{caps:?}");
+
+    // A token file that user owns: the command could read it; refused.
+    std::os::unix::fs::chown(&token_file, Some(65534), None).unwrap();
+    let out = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--user", "nobody", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to that user"));
+    std::os::unix::fs::chown(&token_file, Some(0), None).unwrap();
+
+    // On root's terminal, the command has no controlling terminal: it cannot
+    // push input into root's shell (TIOCSTI), nor is it in root's session.
+    let inject = broker.dir.join("inject.py");
+    std::fs::write(
+        &inject,
+        "import fcntl, termios\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    print('injected')\n\
+         except OSError as e:\n    print('refused', e.errno)\n",
+    )
+    .unwrap();
+    for (user, expect) in [("--user nobody", "refused"), ("", "injected")] {
+        let line = format!("{BIN} exec {user} -- python3 {}", inject.display());
+        let out = Command::new("timeout")
+            .args(["20", "script", "-qec", &line, "/dev/null"])
+            .env("TESSERA_ADDR", &broker.addr)
+            .env("TESSERA_RUN_TOKEN_FILE", &token_file)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(expect), "{user:?}: {text}");
+    }
 
     // Only root may switch users, and never to root.
     for user in ["root", "0", "no-such-user-here"] {

@@ -322,7 +322,7 @@ async fn issue(
                     token,
                     expires_at: rfc3339(expires_at),
                     uses,
-                    lapses_at: hold_secs.map(|h| rfc3339(now + h)),
+                    lapses_at: hold_secs.map(|h| rfc3339(crate::store::holds::lapse_at(now, h))),
                 }),
             ))
         }

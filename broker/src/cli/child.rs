@@ -30,6 +30,7 @@ use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::{getpgrp, getpid, getppid, tcgetpgrp, tcsetpgrp, Pid};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
+use std::os::fd::BorrowedFd;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -38,7 +39,7 @@ pub struct Tree {
     child: tokio::process::Child,
     group: Pid,
     /// The terminal (stdin) was handed to the command's group and is taken back.
-    terminal: bool,
+    terminal: Option<BorrowedFd<'static>>,
 }
 
 /// Whether stdin is a terminal whose foreground group is `exec`'s own.
@@ -60,20 +61,40 @@ fn without_sigttou<T>(f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// How the command is attached to `exec`'s terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Session {
+    /// Its own process group in `exec`'s session; the terminal, if `exec` owns
+    /// it, is handed to that group (interactive tools keep working).
+    Shared,
+    /// A session of its own, without a controlling terminal: for a command
+    /// run as another user (`--user`), which must not reach the terminal of
+    /// whoever started `exec` (`TIOCSTI` needs it to be the caller's
+    /// controlling terminal, and a session leader cannot take one that is
+    /// another session's).
+    Detached,
+}
+
 /// Starts `cmd` as a tree `exec` owns (see the module docs).
-pub fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<Tree> {
+pub fn spawn(mut cmd: tokio::process::Command, session: Session) -> std::io::Result<Tree> {
     // Orphaned descendants come to `exec`, not init. Not fatal if refused
     // (old kernels): the group is still killed.
     let _ = nix::sys::prctl::set_child_subreaper(true);
-    let terminal = owns_terminal();
+    let terminal = session == Session::Shared && owns_terminal();
     let parent = getpid();
-    cmd.process_group(0);
+    #[allow(unsafe_code)]
+    // SAFETY: descriptor 0 stays open for `exec`'s whole life (only
+    // descriptors above 2 are ever closed), so the borrow never dangles.
+    let stdin = unsafe { BorrowedFd::borrow_raw(0) };
+    if session == Session::Shared {
+        cmd.process_group(0);
+    }
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the forked child before exec and only makes
     // async-signal-safe system calls; it allocates nothing (errors are raw
     // errno values) and touches no lock.
     unsafe {
-        cmd.pre_exec(move || in_child(parent, terminal));
+        cmd.pre_exec(move || in_child(parent, session, terminal.then_some(stdin)));
     }
     let child = cmd.spawn()?;
     let group = child
@@ -84,25 +105,46 @@ pub fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<Tree> {
     if terminal {
         // Also done in the child; whichever runs first wins, the other is a no-op.
         without_sigttou(|| {
-            let _ = tcsetpgrp(std::io::stdin(), group);
+            let _ = tcsetpgrp(stdin, group);
         });
+        // `exec` is in the background now: a message it prints must not stop
+        // it (SIGTTOU under `stty tostop`), blocked until the terminal is back.
+        block_sigttou(true);
     }
     Ok(Tree {
         child,
         group,
-        terminal,
+        terminal: terminal.then_some(stdin),
     })
 }
 
+fn block_sigttou(block: bool) {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTTOU);
+    let how = if block {
+        SigmaskHow::SIG_BLOCK
+    } else {
+        SigmaskHow::SIG_UNBLOCK
+    };
+    let _ = sigprocmask(how, Some(&set), None);
+}
+
 /// Between fork and exec, in the child.
-fn in_child(parent: Pid, terminal: bool) -> std::io::Result<()> {
+fn in_child(
+    parent: Pid,
+    session: Session,
+    terminal: Option<BorrowedFd<'static>>,
+) -> std::io::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
     // `exec` died before the line above: nobody would revoke or kill; do not run.
     if getppid() != parent {
         return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
     }
-    if terminal {
-        without_sigttou(|| tcsetpgrp(std::io::stdin(), getpid()))?;
+    if session == Session::Detached {
+        nix::unistd::setsid()?;
+    }
+    if let Some(fd) = terminal {
+        without_sigttou(|| tcsetpgrp(fd, getpid()))?;
     }
     Ok(())
 }
@@ -128,12 +170,15 @@ impl Tree {
 
     /// After the command exited: SIGTERM to what it left behind, SIGKILL to
     /// what is still there after `grace`, everything reaped; the terminal is
-    /// taken back.
+    /// taken back. Each process is signalled by the pid a fresh `/proc`
+    /// snapshot shows, never by the group id: with its leader reaped, the
+    /// group id could belong to someone else.
     pub async fn finish(self, grace: Duration) {
-        if self.terminal {
+        if let Some(fd) = self.terminal {
             without_sigttou(|| {
-                let _ = tcsetpgrp(std::io::stdin(), getpgrp());
+                let _ = tcsetpgrp(fd, getpgrp());
             });
+            block_sigttou(false);
         }
         let deadline = Instant::now() + grace;
         let mut sig = Signal::SIGTERM;
@@ -146,7 +191,6 @@ impl Tree {
             if Instant::now() >= deadline {
                 sig = Signal::SIGKILL;
             }
-            self.signal(sig);
             for pid in &left {
                 let _ = kill(*pid, sig);
             }
@@ -174,7 +218,7 @@ impl Tree {
         procs
             .iter()
             .filter(|(pid, p)| {
-                **pid != me && !p.zombie && (tree.contains(pid) || p.pgrp == self.group.as_raw())
+                **pid != me && p.alive() && (tree.contains(pid) || p.pgrp == self.group.as_raw())
             })
             .map(|(pid, _)| Pid::from_raw(*pid))
             .collect()
@@ -195,6 +239,15 @@ struct Proc {
     ppid: i32,
     pgrp: i32,
     zombie: bool,
+    threads: u32,
+}
+
+impl Proc {
+    /// A zombie whose other threads still run (its leader called
+    /// `pthread_exit`) is alive: it can act, and no `waitpid` reaps it.
+    fn alive(&self) -> bool {
+        !self.zombie || self.threads > 1
+    }
 }
 
 /// Every process in `/proc`, by pid.
@@ -225,10 +278,13 @@ fn parse_stat(stat: &str) -> Option<Proc> {
     let state = fields.next()?;
     let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
+    // Field 20 (num_threads); after `)` the fields start at 3 (state).
+    let threads = fields.nth(20 - 6).and_then(|t| t.parse().ok()).unwrap_or(1);
     Some(Proc {
         ppid,
         pgrp,
         zombie: state == "Z" || state == "X",
+        threads,
     })
 }
 
@@ -239,8 +295,15 @@ mod tests {
     #[test]
     fn stat_fields_are_read_after_the_command_name() {
         let p = parse_stat("42 (a) b (c) S 7 9 9 0 -1").unwrap();
-        assert_eq!((p.ppid, p.pgrp, p.zombie), (7, 9, false));
-        assert!(parse_stat("43 (x) Z 1 1").unwrap().zombie);
+        assert_eq!((p.ppid, p.pgrp, p.zombie, p.alive()), (7, 9, false, true));
+        let z = parse_stat("43 (x) Z 1 1").unwrap();
+        assert!(z.zombie && !z.alive());
+        // A real line: pid (comm) state ppid pgrp session tty tpgid flags
+        // minflt cminflt majflt cmajflt utime stime cutime cstime prio nice threads …
+        let line = "44 (t) Z 1 44 44 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 3 0 1 0 0";
+        let t = parse_stat(line).unwrap();
+        assert_eq!(t.threads, 3);
+        assert!(t.alive(), "a zombie leader with live threads is alive");
         assert!(parse_stat("garbage").is_none());
     }
 }

@@ -311,6 +311,19 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
             return ExitCode::from(EXIT_TESSERA);
         }
     };
+    if let (Some(id), Some(file)) = (&identity, parent.get("TESSERA_RUN_TOKEN_FILE")) {
+        use std::os::unix::fs::MetadataExt;
+        // Its mode was checked when it was read (no group or other bits): the
+        // owner is the one who could still read it.
+        if std::fs::metadata(file).is_ok_and(|m| m.uid() == id.uid) {
+            say!(
+                "tessera exec: --user {}: the run token file belongs to that user, so the command \
+                 could read it; make it root's (chown root, mode 600)",
+                id.name
+            );
+            return ExitCode::from(EXIT_TESSERA);
+        }
+    }
     if let Some(id) = &identity {
         env.insert("HOME".into(), id.home.clone());
         env.insert("USER".into(), id.name.clone());
@@ -320,19 +333,30 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     // kill `exec` with them unrevoked. The fetch in flight is let finish (its
     // ids are needed to revoke it), then everything is revoked.
     let mut signals = forwarded_signals();
-    let asked_at = Instant::now();
+    let holder = Holder::start(client.clone(), hold);
     let mut held: Vec<Capability> = Vec::new();
     let mut stopped_by = None;
+    let mut lapsed = false;
     let obtained = {
-        let fetch = obtain(&client, &args, &mut env, &mut held);
+        let fetch = obtain(&client, &args, &mut env, &mut held, &holder);
         tokio::pin!(fetch);
         loop {
             tokio::select! {
                 r = &mut fetch => break r,
                 sig = next_signal(&mut signals), if stopped_by.is_none() => stopped_by = sig,
+                _ = holder.lapsed(), if !lapsed => lapsed = true,
             }
         }
     };
+    if lapsed {
+        let revoked = revoke_all(&client, &held).await;
+        say!("tessera exec: the holds lapsed while obtaining credentials; the command was not started");
+        return ExitCode::from(if revoked {
+            EXIT_HOLD_LAPSED
+        } else {
+            EXIT_REVOKE_FAILED
+        });
+    }
     if let Some(sig) = stopped_by {
         let revoked = revoke_all(&client, &held).await;
         say!("tessera exec: {sig} while obtaining credentials; the command was not started");
@@ -352,16 +376,16 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
             EXIT_REVOKE_FAILED
         });
     }
-    let holder = Holder::new(&client, &held, hold, asked_at);
     let code = run_child(
         &args.command,
         &env,
         identity.as_ref(),
         &mut signals,
-        holder,
+        &holder,
         grace,
     )
     .await;
+    drop(holder);
     if revoke_all(&client, &held).await {
         ExitCode::from(code)
     } else {
@@ -483,6 +507,7 @@ async fn obtain(
     args: &ExecArgs,
     env: &mut BTreeMap<String, String>,
     held: &mut Vec<Capability>,
+    holder: &Holder,
 ) -> Result<(), Error> {
     let grant = |flag: &str, v: &str| split_grant(flag, v).map_err(Error::Config);
     let ask = |action: String, resource: String| async move {
@@ -495,6 +520,7 @@ async fn obtain(
     if let Some(spec) = &args.token {
         let (action, resource) = grant("--token", spec)?;
         let cap = ask(action, resource).await?;
+        holder.add(&cap);
         let ex = client.exchange(&cap).await;
         held.push(cap);
         let ex = ex?;
@@ -507,6 +533,7 @@ async fn obtain(
     if let Some(spec) = &args.aws {
         let (action, resource) = grant("--aws", spec)?;
         let cap = ask(action, resource).await?;
+        holder.add(&cap);
         let ex = client.exchange(&cap).await;
         let id = cap.id().to_owned();
         let creds = ex.and_then(|ex| tessera_client::AwsCredentials::from_exchange(cap, ex));
@@ -529,6 +556,7 @@ async fn obtain(
     if let Some(spec) = &args.db {
         let (action, resource) = grant("--db", spec)?;
         let cap = ask(action, resource).await?;
+        holder.add(&cap);
         let ex = client.exchange(&cap).await;
         let id = cap.id().to_owned();
         let creds = ex.and_then(|ex| tessera_client::DatabaseCredentials::from_exchange(cap, ex));
@@ -607,60 +635,92 @@ async fn next_signal(streams: &mut Forwarded) -> Option<nix::sys::signal::Signal
     sig
 }
 
-/// Keeps the holds of what `exec` obtained alive while the command runs.
-struct Holder<'a> {
-    client: &'a Client,
-    ids: Vec<&'a str>,
-    hold: Duration,
-    /// When the last renewal that succeeded was sent (or the first capability
-    /// asked for): the broker's lapse is at most one hold after it.
-    renewed_at: Instant,
+/// Keeps the holds of what `exec` obtains alive, from the first capability
+/// on, in a task of its own (a slow renewal never delays a forwarded signal or
+/// the kill timer).
+struct Holder {
+    ids: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    lapsed: tokio::sync::watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<()>,
 }
 
-impl<'a> Holder<'a> {
-    fn new(client: &'a Client, held: &'a [Capability], hold: Duration, since: Instant) -> Self {
-        Holder {
-            client,
-            ids: held
-                .iter()
-                .filter(|c| c.lapses_at.is_some())
-                .map(Capability::id)
-                .collect(),
-            hold,
-            renewed_at: since,
-        }
+impl Holder {
+    /// Starts renewing (every third of `hold`) whatever [`Holder::add`] lists.
+    fn start(client: Client, hold: Duration) -> Holder {
+        let ids = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let (tx, lapsed) = tokio::sync::watch::channel(false);
+        let listed = ids.clone();
+        let task = tokio::spawn(async move {
+            renew_until_lapsed(&client, &listed, hold).await;
+            let _ = tx.send(true);
+        });
+        Holder { ids, lapsed, task }
     }
 
-    fn every(&self) -> Duration {
-        self.hold / 3
-    }
-
-    /// One renewal; false once the holds are (or must be assumed) lapsed.
-    async fn renew(&mut self) -> bool {
-        if self.ids.is_empty() {
-            return true;
-        }
-        let sent = Instant::now();
-        match tokio::time::timeout(self.every(), self.client.renew_holds(&self.ids)).await {
-            Ok(Ok(r)) if r.lapsed.is_empty() => {
-                self.renewed_at = sent;
-                true
+    /// Renews `cap` too from now on (if it was issued with a hold).
+    fn add(&self, cap: &Capability) {
+        if cap.lapses_at.is_some() {
+            if let Ok(mut ids) = self.ids.lock() {
+                ids.push(cap.id().to_owned());
             }
+        }
+    }
+
+    /// Resolves once the holds are (or must be assumed) lapsed.
+    async fn lapsed(&self) {
+        let mut seen = self.lapsed.clone();
+        let _ = seen.wait_for(|l| *l).await;
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Renews the listed holds until they lapse, and returns then. A renewal the broker answers with a lapse, an ended run
+/// or a refusal is final at once; one that does not reach the broker is
+/// retried until a whole hold has passed since the last that did — the
+/// broker's lapse is never later than that.
+async fn renew_until_lapsed(client: &Client, ids: &std::sync::Mutex<Vec<String>>, hold: Duration) {
+    let every = hold / 3;
+    // Before the first capability was asked for: never later than its hold's start.
+    let mut renewed_at = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let listed: Vec<String> = ids.lock().map(|l| l.clone()).unwrap_or_default();
+        if listed.is_empty() {
+            continue;
+        }
+        let refs: Vec<&str> = listed.iter().map(String::as_str).collect();
+        let sent = Instant::now();
+        match tokio::time::timeout(every, client.renew_holds(&refs)).await {
+            Ok(Ok(r)) if r.lapsed.is_empty() => renewed_at = sent,
             Ok(Ok(r)) => {
                 say!(
                     "tessera exec: the broker let {} capabilities lapse; stopping the command (exit {EXIT_HOLD_LAPSED})",
                     r.lapsed.len()
                 );
-                false
+                return;
             }
-            Ok(Err(_)) | Err(_) if self.renewed_at.elapsed() < self.hold => true,
+            Ok(Err(
+                e @ (Error::Expired { .. }
+                | Error::Unauthenticated { .. }
+                | Error::Rejected { .. }
+                | Error::Denied { .. }),
+            )) => {
+                say!("tessera exec: renewing the holds was refused ({e}); stopping the command (exit {EXIT_HOLD_LAPSED})");
+                return;
+            }
+            _ if renewed_at.elapsed() < hold => {}
             _ => {
                 say!(
                     "tessera exec: no renewal reached the broker for {}s; the command's credentials \
                      are lapsing, stopping it (exit {EXIT_HOLD_LAPSED})",
-                    self.hold.as_secs()
+                    hold.as_secs()
                 );
-                false
+                return;
             }
         }
     }
@@ -685,7 +745,7 @@ async fn run_child(
     env: &BTreeMap<String, String>,
     identity: Option<&Identity>,
     streams: &mut Forwarded,
-    mut holder: Holder<'_>,
+    holder: &Holder,
     grace: Duration,
 ) -> u8 {
     use std::os::unix::process::ExitStatusExt;
@@ -695,7 +755,11 @@ async fn run_child(
         // std drops root's supplementary groups when it switches the uid.
         cmd.uid(id.uid).gid(id.gid);
     }
-    let mut tree = match super::child::spawn(cmd) {
+    let session = match identity {
+        Some(_) => super::child::Session::Detached,
+        None => super::child::Session::Shared,
+    };
+    let mut tree = match super::child::spawn(cmd, session) {
         Ok(t) => t,
         Err(e) => {
             say!("tessera exec: cannot run {}: {e}", command[0]);
@@ -706,12 +770,6 @@ async fn run_child(
             };
         }
     };
-    let every = holder.every();
-    // The first renewal is due one period after the first capability was
-    // asked for (at once if obtaining took longer).
-    let first = tokio::time::Instant::from_std(holder.renewed_at + every);
-    let mut renewals = tokio::time::interval_at(first, every);
-    renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut lapsed = false;
     let status = loop {
@@ -725,12 +783,10 @@ async fn run_child(
                     }
                 }
             }
-            _ = renewals.tick(), if !lapsed => {
-                if !holder.renew().await {
-                    lapsed = true;
-                    tree.signal(nix::sys::signal::Signal::SIGTERM);
-                    kill_at.get_or_insert(tokio::time::Instant::now() + grace);
-                }
+            _ = holder.lapsed(), if !lapsed => {
+                lapsed = true;
+                tree.signal(nix::sys::signal::Signal::SIGTERM);
+                kill_at.get_or_insert(tokio::time::Instant::now() + grace);
             }
             _ = sleep_until(kill_at) => {
                 tree.kill_all();

@@ -227,7 +227,7 @@ pub(crate) async fn apply_issue_segment(
                 .bind(i64::from(r.uses))
                 .bind(i64::from(r.uses))
                 .bind(r.hold_secs)
-                .bind(r.hold_secs.map(|h| r.issued_at + h))
+                .bind(r.hold_secs.map(|h| super::holds::lapse_at(r.issued_at, h)))
                 .bind(&r.slot);
         }
         query.execute(&mut *ctx.conn).await?;

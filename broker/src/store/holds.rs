@@ -16,6 +16,12 @@ use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use crate::audit::{events, AuditEvent};
 use sqlx::Row;
 
+/// When a hold of `hold_secs` taken at `now` (whole seconds, rounded down)
+/// lapses: one second later than the sum, so a hold is never shorter than asked.
+pub fn lapse_at(now: i64, hold_secs: i64) -> i64 {
+    now + hold_secs + 1
+}
+
 /// Renews the holds of `ids` (of the run `run_id`); returns each renewed id
 /// with its new `lapses_at`. An id missing from the answer was not renewed:
 /// unknown, another run's, without a hold, revoked, expired, or lapsed.
@@ -33,7 +39,7 @@ impl WriteOp for RenewHolds {
         Box::pin(async move {
             let now = ctx.now();
             let q = ctx.sql(
-                "UPDATE capabilities SET lapses_at = $1 + hold_secs \
+                "UPDATE capabilities SET lapses_at = $1 + hold_secs + 1 \
                  WHERE id = $2 AND run_id = $3 AND revoked_at IS NULL AND hold_secs IS NOT NULL \
                  AND lapses_at > $4 AND expires_at > $5 RETURNING lapses_at",
             );
