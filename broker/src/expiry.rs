@@ -11,6 +11,7 @@
 use crate::app::App;
 use crate::store::holds::LapseHolds;
 use crate::store::runs::ExpireRuns;
+use crate::store::writer::WriteOp;
 use crate::store::StoreError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,38 +22,31 @@ const BATCH: i64 = 500;
 /// Ends every run past its expiry and revokes every live lease past its own
 /// (queuing their downstream removal); returns how many runs it ended.
 pub async fn sweep(app: &App) -> Result<usize, StoreError> {
-    let mut total = 0;
-    loop {
-        let ended = app
-            .store
-            .writer()
-            .submit(ExpireRuns { limit: BATCH })
-            .await?;
-        total += ended;
-        if (ended as i64) < BATCH {
-            break;
-        }
-    }
-    let mut lapsed = 0;
-    loop {
-        let n = app
-            .store
-            .writer()
-            .submit(LapseHolds { limit: BATCH })
-            .await?;
-        lapsed += n;
-        if (n as i64) < BATCH {
-            break;
-        }
-    }
+    let ended = in_batches(app, || ExpireRuns { limit: BATCH }).await?;
+    let lapsed = in_batches(app, || LapseHolds { limit: BATCH }).await?;
     if lapsed > 0 {
         tracing::info!(capabilities = lapsed, "lapsed holds revoked");
     }
     crate::revocation::reap_expired_leases(app).await?;
-    if total + lapsed > 0 {
+    if ended + lapsed > 0 {
         app.revocation_wakeup.notify_one();
     }
-    Ok(total)
+    Ok(ended)
+}
+
+/// Submits `op()` until a batch comes back short; the total it reported.
+async fn in_batches<Op: WriteOp<Output = usize>>(
+    app: &App,
+    op: impl Fn() -> Op,
+) -> Result<usize, StoreError> {
+    let mut total = 0;
+    loop {
+        let n = app.store.writer().submit(op()).await?;
+        total += n;
+        if (n as i64) < BATCH {
+            return Ok(total);
+        }
+    }
 }
 
 /// Sweeps every `interval` until the process exits. A failed sweep (store down)

@@ -16,6 +16,31 @@ pub(crate) fn private(f: &Path) {
     std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
+/// A client of `app` holding the run token `token`.
+fn client_for(app: &crate::helpers::TestApp, token: String) -> tessera_client::Client {
+    tessera_client::Client::builder()
+        .address(app.url(""))
+        .run_token(secrecy::SecretString::from(token))
+        .build()
+        .unwrap()
+}
+
+/// The states of a run's capabilities, as its runtime reads them.
+async fn capability_states(app: &crate::helpers::TestApp, key: &str, run_id: &str) -> Vec<String> {
+    let run: serde_json::Value = app
+        .get(&format!("/v1/runs/{run_id}"), Some(key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    run["capabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["state"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// A file holding `token`, as a runtime mounts it into a sandbox.
 fn token_file(dir: &Path, token: &str) -> std::path::PathBuf {
     let f = dir.join("run.token");
@@ -93,19 +118,13 @@ async fn boto3_gets_scoped_credentials_through_tessera_credential_process() {
     }
     // Each credential_process call superseded the one before: only the last
     // capability is live, the others were revoked when it was issued.
-    let run: serde_json::Value = app
-        .get(&format!("/v1/runs/{run_id}"), Some(&key))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let caps = run["capabilities"].as_array().unwrap();
+    let states = capability_states(&app, &key, &run_id).await;
     assert!(
-        caps.len() > 1,
-        "boto3 called credential_process more than once: {caps:?}"
+        states.len() > 1,
+        "boto3 called credential_process more than once: {states:?}"
     );
-    let live: Vec<_> = caps.iter().filter(|c| c["state"] == "active").collect();
-    assert_eq!(live.len(), 1, "superseded capabilities left live: {caps:?}");
+    let live = states.iter().filter(|s| *s == "active").count();
+    assert_eq!(live, 1, "superseded capabilities left live: {states:?}");
 
     // Without a run token the command fails, and boto3 gets no credentials.
     let out = tokio::process::Command::new(BIN)
@@ -173,11 +192,7 @@ async fn exec_hands_a_python_tool_scoped_aws_credentials_and_nothing_else() {
 async fn the_rust_provider_fetches_scoped_credentials_and_caches_them() {
     let app = app().await;
     let (_, run_id, token) = app.run_for("alice").await;
-    let client = tessera_client::Client::builder()
-        .address(app.url(""))
-        .run_token(secrecy::SecretString::from(token))
-        .build()
-        .unwrap();
+    let client = client_for(&app, token);
     let provider =
         tessera_client::aws::TesseraCredentials::new(client, "s3:GetObject", REPORTS_2026);
     let creds = provider.provide_credentials().await.unwrap();
@@ -206,11 +221,7 @@ async fn the_rust_provider_revokes_what_a_refresh_replaces() {
     use std::sync::atomic::{AtomicU64, Ordering};
     let app = app().await;
     let (key, run_id, token) = app.run_for("alice").await;
-    let client = tessera_client::Client::builder()
-        .address(app.url(""))
-        .run_token(secrecy::SecretString::from(token))
-        .build()
-        .unwrap();
+    let client = client_for(&app, token);
     let skew = std::sync::Arc::new(AtomicU64::new(0));
     let s = skew.clone();
     let provider = tessera_client::aws::TesseraCredentials::with_clock(
@@ -226,19 +237,8 @@ async fn the_rust_provider_revokes_what_a_refresh_replaces() {
     skew.store(24 * 3600, Ordering::SeqCst);
     let second = provider.provide_credentials().await.unwrap();
     assert_ne!(first.access_key_id(), second.access_key_id());
-    let run: serde_json::Value = app
-        .get(&format!("/v1/runs/{run_id}"), Some(&key))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let states: Vec<&str> = run["capabilities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["state"].as_str().unwrap())
-        .collect();
-    assert_eq!(states, ["revoked", "active"], "{run}");
+    let states = capability_states(&app, &key, &run_id).await;
+    assert_eq!(states, ["revoked", "active"]);
     let audit = app.audit("event=capability.revoked").await;
     assert_eq!(audit.len(), 1);
     assert_eq!(audit[0]["reason"], "superseded", "{audit:?}");
