@@ -27,16 +27,8 @@ fn client_for(app: &crate::helpers::TestApp, token: String) -> tessera_client::C
 
 /// The states of a run's capabilities, as its runtime reads them.
 async fn capability_states(app: &crate::helpers::TestApp, key: &str, run_id: &str) -> Vec<String> {
-    let run: serde_json::Value = app
-        .get(&format!("/v1/runs/{run_id}"), Some(key))
-        .await
-        .json()
-        .await
-        .unwrap();
-    run["capabilities"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let caps = app.run_capabilities(key, run_id).await;
+    caps.iter()
         .map(|c| c["state"].as_str().unwrap().to_owned())
         .collect()
 }

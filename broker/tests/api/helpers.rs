@@ -502,6 +502,17 @@ impl TestApp {
         resp.json().await.expect("json")
     }
 
+    /// A run's capabilities as its runtime (`key`) reads them (`GET /v1/runs/{id}`).
+    pub async fn run_capabilities(&self, key: &str, run_id: &str) -> Vec<Value> {
+        let run: Value = self
+            .get(&format!("/v1/runs/{run_id}"), Some(key))
+            .await
+            .json()
+            .await
+            .expect("json");
+        run["capabilities"].as_array().cloned().unwrap_or_default()
+    }
+
     pub async fn count(&self, table: &str) -> i64 {
         let q = format!("SELECT COUNT(*) AS n FROM {table}");
         let row = sqlx::query(&q)

@@ -224,16 +224,8 @@ async fn in_slot(app: &TestApp, token: &str, slot: &str) -> reqwest::Response {
 }
 
 async fn live_ids(app: &TestApp, key: &str, run_id: &str) -> Vec<String> {
-    let run: Value = app
-        .get(&format!("/v1/runs/{run_id}"), Some(key))
-        .await
-        .json()
-        .await
-        .unwrap();
-    run["capabilities"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let caps = app.run_capabilities(key, run_id).await;
+    caps.iter()
         .filter(|c| c["state"] == "active")
         .map(|c| c["capability_id"].as_str().unwrap().to_owned())
         .collect()
