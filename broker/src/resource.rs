@@ -8,6 +8,7 @@
 use crate::backends::database::{self, Dialect};
 use crate::config::BackendConfig;
 use std::collections::BTreeMap;
+use tessera_client::types::ErrorCode;
 
 /// Longest resource string accepted (`BACKEND:PATH`).
 pub const MAX_RESOURCE_LEN: usize = 512;
@@ -32,13 +33,13 @@ pub enum ResourceError {
 }
 
 impl ResourceError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
             ResourceError::Shape | ResourceError::Path | ResourceError::Database => {
-                "invalid_resource"
+                ErrorCode::InvalidResource
             }
-            ResourceError::UnknownBackend => "unknown_backend",
-            ResourceError::Action => "invalid_action",
+            ResourceError::UnknownBackend => ErrorCode::UnknownBackend,
+            ResourceError::Action => ErrorCode::InvalidAction,
         }
     }
 }

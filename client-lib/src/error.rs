@@ -75,8 +75,8 @@ impl Error {
             | Error::Expired { code, .. }
             | Error::Unauthenticated { code, .. }
             | Error::Rejected { code, .. } => Some(code),
-            Error::ApprovalRequired { .. } => Some("approval_required"),
-            Error::RateLimited { .. } => Some("rate_limited"),
+            Error::ApprovalRequired { .. } => Some(crate::ErrorCode::ApprovalRequired.as_str()),
+            Error::RateLimited { .. } => Some(crate::ErrorCode::RateLimited.as_str()),
             Error::Unavailable { code, .. } => code.as_deref(),
             Error::Config(_) | Error::Protocol(_) => None,
         }
@@ -90,30 +90,39 @@ impl Error {
         request_id: String,
         retry_after: Option<Duration>,
     ) -> Error {
-        match code.as_str() {
-            "capability_denied" | "runtime_scope" => Error::Denied {
+        use crate::error_code::ErrorCode as C;
+        match C::parse(&code) {
+            Some(C::CapabilityDenied | C::RuntimeScope) => Error::Denied {
                 code,
                 message,
                 request_id,
             },
-            "approval_required" => Error::ApprovalRequired {
+            Some(C::ApprovalRequired) => Error::ApprovalRequired {
                 message,
                 request_id,
             },
-            "rate_limited" => Error::RateLimited {
+            Some(C::RateLimited) => Error::RateLimited {
                 retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
                 request_id,
             },
-            "token_expired" | "run_expired" | "run_ended" | "capability_revoked"
-            | "capability_lapsed" | "uses_exhausted" => Error::Expired {
+            Some(
+                C::TokenExpired
+                | C::RunExpired
+                | C::RunEnded
+                | C::CapabilityRevoked
+                | C::CapabilityLapsed
+                | C::UsesExhausted,
+            ) => Error::Expired {
                 code,
                 message,
                 request_id,
             },
-            "unauthenticated"
-            | "invalid_token"
-            | "client_certificate_required"
-            | "client_certificate_mismatch" => Error::Unauthenticated {
+            Some(
+                C::Unauthenticated
+                | C::InvalidToken
+                | C::ClientCertificateRequired
+                | C::ClientCertificateMismatch,
+            ) => Error::Unauthenticated {
                 code,
                 message,
                 request_id,

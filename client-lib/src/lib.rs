@@ -38,6 +38,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod error_code;
 pub mod types;
 
 #[cfg(feature = "client")]
@@ -58,3 +59,4 @@ pub use client::{Ask, Client, ClientBuilder, RetryPolicy, RUN_TOKEN_PREFIX};
 pub use credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchanged};
 #[cfg(feature = "client")]
 pub use error::Error;
+pub use error_code::ErrorCode;

@@ -5,6 +5,7 @@
 //! Request types reject unknown fields, so a typo in a field name is a 400 instead
 //! of a silently ignored constraint.
 
+pub use crate::error_code::ErrorCode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -266,6 +267,72 @@ impl std::fmt::Debug for CreateRuntimeResponse {
             .field("key", &"[redacted]")
             .finish()
     }
+}
+
+/// One runtime in `GET /v1/admin/runtimes` (no key: only its hash is kept).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Runtime {
+    pub id: String,
+    pub name: String,
+    pub users: String,
+    pub task_kinds: String,
+    pub client_cert_sha256: Option<String>,
+    pub created_at: String,
+    pub disabled_at: Option<String>,
+}
+
+/// `GET /v1/admin/runtimes` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RuntimeList {
+    pub runtimes: Vec<Runtime>,
+}
+
+/// One signing key in `GET /v1/admin/keys` (the public half's id only).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct KeyInfo {
+    pub kid: String,
+    /// `active` signs; `published` is retired but still in the JWKS;
+    /// `expired` is no longer published.
+    pub state: String,
+    pub created_at: String,
+    pub retired_at: Option<String>,
+    pub publish_until: Option<String>,
+}
+
+/// `GET /v1/admin/keys` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct KeyList {
+    pub keys: Vec<KeyInfo>,
+}
+
+/// One downstream removal not yet confirmed, in `GET /v1/admin/leases`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PendingRevocation {
+    pub lease_id: String,
+    pub backend: String,
+    /// The downstream object to remove (e.g. a database user name).
+    pub downstream_ref: String,
+    pub run_id: String,
+    pub reason: String,
+    pub queued_at: String,
+    pub attempts: i64,
+    pub next_attempt_at: String,
+    /// Failed at least three times.
+    pub stuck: bool,
+    pub last_error: Option<String>,
+}
+
+/// `GET /v1/admin/leases` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PendingRevocationList {
+    pub revocations: Vec<PendingRevocation>,
+}
+
+/// `GET /healthz` and `GET /readyz` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HealthResponse {
+    /// `ok` (the process is up) or `ready` (and its store answers).
+    pub status: String,
 }
 
 /// `POST /v1/admin/keys/rotate` response.

@@ -14,9 +14,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use secrecy::ExposeSecret;
-use serde_json::{json, Value};
+use tessera_client::types::ErrorCode;
 use tessera_client::types::{
-    CreateRuntimeRequest, CreateRuntimeResponse, DisableRuntimeResponse, RotateKeyResponse,
+    CreateRuntimeRequest, CreateRuntimeResponse, DisableRuntimeResponse, KeyInfo, KeyList,
+    RotateKeyResponse, Runtime, RuntimeList,
 };
 
 /// Runtime names: 1-63 of `[a-z0-9._-]`, starting with a letter or digit.
@@ -31,7 +32,7 @@ pub(crate) fn is_runtime_name(s: &str) -> bool {
 fn scope(field: &'static str, value: Option<&str>) -> Result<GlobList, ApiError> {
     GlobList::parse(value.unwrap_or("*")).ok_or_else(|| {
         ApiError::bad_request(
-            "invalid_scope",
+            ErrorCode::InvalidScope,
             format!("{field}: comma-separated globs of [A-Za-z0-9._@+:-] and *"),
         )
     })
@@ -46,7 +47,7 @@ pub async fn create_runtime(
 ) -> Result<(StatusCode, Json<CreateRuntimeResponse>), ApiError> {
     if !is_runtime_name(&req.name) {
         return Err(ApiError::bad_request(
-            "invalid_name",
+            ErrorCode::InvalidName,
             "runtime name must be 1-63 of [a-z0-9._-]",
         ));
     }
@@ -64,7 +65,7 @@ pub async fn create_runtime(
         }
         Some(_) => {
             return Err(ApiError::bad_request(
-                "invalid_certificate_pin",
+                ErrorCode::InvalidCertificatePin,
                 "client_cert_sha256 must be 64 lowercase hex characters",
             ))
         }
@@ -77,7 +78,7 @@ pub async fn create_runtime(
     if pinned.is_some() && !has_client_ca {
         // Without mTLS no request could ever present the pinned certificate.
         return Err(ApiError::bad_request(
-            "invalid_certificate_pin",
+            ErrorCode::InvalidCertificatePin,
             "pinning needs mTLS: configure tls.client_ca_file first",
         ));
     }
@@ -117,7 +118,7 @@ pub async fn create_runtime(
         Ok(()) => Ok((StatusCode::CREATED, Json(response))),
         Err(StoreError::Conflict(_)) => Err(ApiError::new(
             StatusCode::CONFLICT,
-            "conflict",
+            ErrorCode::Conflict,
             "a runtime with this name already exists",
         )),
         Err(e) => Err(e.into()),
@@ -128,19 +129,21 @@ pub async fn create_runtime(
 pub async fn list_runtimes(
     State(app): State<AppState>,
     _admin: AdminCaller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RuntimeList>, ApiError> {
     let list = runtimes::list(&app.store).await?;
-    let items: Vec<Value> = list
+    let runtimes = list
         .into_iter()
-        .map(|r| {
-            json!({
-                "id": r.id, "name": r.name, "users": r.users, "task_kinds": r.task_kinds,
-                "client_cert_sha256": r.client_cert_sha256,
-                "created_at": rfc3339(r.created_at), "disabled_at": r.disabled_at.map(rfc3339),
-            })
+        .map(|r| Runtime {
+            id: r.id,
+            name: r.name,
+            users: r.users,
+            task_kinds: r.task_kinds,
+            client_cert_sha256: r.client_cert_sha256,
+            created_at: rfc3339(r.created_at),
+            disabled_at: r.disabled_at.map(rfc3339),
         })
         .collect();
-    Ok(Json(json!({ "runtimes": items })))
+    Ok(Json(RuntimeList { runtimes }))
 }
 
 /// `POST /v1/admin/runtimes/{name}/disable`: the key stops working and every
@@ -207,10 +210,10 @@ pub async fn rotate_key(
 pub async fn list_keys(
     State(app): State<AppState>,
     _admin: AdminCaller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<KeyList>, ApiError> {
     let now = app.clock.now();
     let rows = crate::store::keys::load_all(&app.store).await?;
-    let items: Vec<Value> = rows
+    let keys = rows
         .into_iter()
         .map(|k| {
             let state = match (k.retired_at, k.publish_until) {
@@ -218,11 +221,14 @@ pub async fn list_keys(
                 (Some(_), Some(u)) if now <= u => "published",
                 _ => "expired",
             };
-            json!({
-                "kid": k.kid, "state": state, "created_at": rfc3339(k.created_at),
-                "retired_at": k.retired_at.map(rfc3339), "publish_until": k.publish_until.map(rfc3339),
-            })
+            KeyInfo {
+                kid: k.kid,
+                state: state.to_owned(),
+                created_at: rfc3339(k.created_at),
+                retired_at: k.retired_at.map(rfc3339),
+                publish_until: k.publish_until.map(rfc3339),
+            }
         })
         .collect();
-    Ok(Json(json!({ "keys": items })))
+    Ok(Json(KeyList { keys }))
 }

@@ -13,6 +13,7 @@ use crate::names::is_user;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use tessera_client::types::ErrorCode;
 
 /// Query parameters of `GET /v1/admin/audit`.
 #[derive(Debug, Default, Deserialize)]
@@ -42,7 +43,7 @@ pub struct AuditPage {
 const DEFAULT_PAGE: i64 = 100;
 
 fn bad(message: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid_query", message)
+    ApiError::bad_request(ErrorCode::InvalidQuery, message)
 }
 
 /// Event names are `family.name` of `[a-z_]`; a filter may be `family.*`.
@@ -171,7 +172,7 @@ pub async fn check_checkpoints(
 ) -> Result<Json<CheckpointsResponse>, ApiError> {
     if req.checkpoints.len() > MAX_CHECKPOINTS_PER_CHECK {
         return Err(ApiError::bad_request(
-            "invalid_request",
+            ErrorCode::InvalidRequest,
             format!("at most {MAX_CHECKPOINTS_PER_CHECK} checkpoints per request"),
         ));
     }

@@ -34,6 +34,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use std::sync::Arc;
 use std::time::Duration;
+use tessera_client::types::ErrorCode;
 use tessera_client::types::{
     CapabilityRequest, CapabilityResponse, RenewHoldsRequest, RenewHoldsResponse, RenewedHold,
     RevokeCapabilityResponse,
@@ -41,8 +42,8 @@ use tessera_client::types::{
 
 fn run_inactive(state: RunState) -> ApiError {
     match state {
-        RunState::Expired => ApiError::forbidden("run_expired", "the run has expired"),
-        _ => ApiError::forbidden("run_ended", "the run has ended"),
+        RunState::Expired => ApiError::forbidden(ErrorCode::RunExpired, "the run has expired"),
+        _ => ApiError::forbidden(ErrorCode::RunEnded, "the run has ended"),
     }
 }
 
@@ -75,19 +76,19 @@ pub async fn request(
         .as_deref()
         .map(parse_duration)
         .transpose()
-        .map_err(|e| ApiError::bad_request("invalid_ttl", e.to_string()))?;
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidTtl, e.to_string()))?;
 
     let hold = req
         .hold
         .as_deref()
         .map(parse_hold)
         .transpose()
-        .map_err(|e| ApiError::bad_request("invalid_hold", e))?;
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidHold, e))?;
 
     if let Some(slot) = &req.slot {
         if slot.is_empty() || slot.len() > 640 || !slot.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(ApiError::bad_request(
-                "invalid_slot",
+                ErrorCode::InvalidSlot,
                 "slot must be 1-640 printable ASCII characters without spaces",
             ));
         }
@@ -142,7 +143,7 @@ pub async fn request(
         audit.detail = Some(format!("policy={p}"));
         app.metrics.capability("approval_required");
         let refusal = ApiError::forbidden(
-            "approval_required",
+            ErrorCode::ApprovalRequired,
             "this capability needs a human approval, which this broker does not offer yet",
         );
         return Err(record_refusal(&app, &run, audit, refusal).await);
@@ -162,7 +163,7 @@ pub async fn request(
     .await;
     match &issued {
         Ok(_) => app.metrics.capability("issued"),
-        Err(e) if e.code == "rate_limited" => app.metrics.capability("rate_limited"),
+        Err(e) if e.code == ErrorCode::RateLimited => app.metrics.capability("rate_limited"),
         Err(_) => app.metrics.capability("refused"),
     }
     issued
@@ -378,7 +379,7 @@ pub async fn renew(
 ) -> Result<Json<RenewHoldsResponse>, ApiError> {
     if req.capability_ids.is_empty() || req.capability_ids.len() > MAX_RENEW {
         return Err(ApiError::bad_request(
-            "invalid_request",
+            ErrorCode::InvalidRequest,
             format!("capability_ids must name 1 to {MAX_RENEW} capabilities"),
         ));
     }
@@ -390,7 +391,7 @@ pub async fn renew(
     for id in req.capability_ids {
         if !is_id(&id) {
             return Err(ApiError::bad_request(
-                "invalid_request",
+                ErrorCode::InvalidRequest,
                 "capability_ids must be capability ids",
             ));
         }

@@ -13,6 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tessera_client::types::ErrorCode;
 
 pub async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let h1 = req.version() <= axum::http::Version::HTTP_11;
@@ -36,7 +37,7 @@ pub async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Res
     if !http.allowed_hosts.allows(&host, local) {
         let refused = ApiError::new(
             StatusCode::MISDIRECTED_REQUEST,
-            "host_not_allowed",
+            ErrorCode::HostNotAllowed,
             "this broker does not answer for that Host (see http.allowed_hosts)",
         );
         return closing(refused, h1);
@@ -47,8 +48,10 @@ pub async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Res
             Some(n) if n > MAX_BODY_BYTES as u64 => return closing(body_too_large(), h1),
             Some(_) => {}
             None => {
-                let bad =
-                    ApiError::bad_request("invalid_request", "Content-Length is not a number");
+                let bad = ApiError::bad_request(
+                    ErrorCode::InvalidRequest,
+                    "Content-Length is not a number",
+                );
                 return closing(bad, h1);
             }
         }
@@ -58,7 +61,7 @@ pub async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Res
         Err(_) => {
             let late = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "request_timeout",
+                ErrorCode::RequestTimeout,
                 "the request took longer than the broker allows",
             );
             closing(late, h1)

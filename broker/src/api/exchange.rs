@@ -32,18 +32,19 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use std::sync::Arc;
+use tessera_client::types::ErrorCode;
 use tessera_client::types::{ExchangeRequest, ExchangeResponse};
 
 fn token_error(e: TokenError) -> ApiError {
     match e {
         TokenError::Expired => ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "token_expired",
+            ErrorCode::TokenExpired,
             "capability has expired",
         ),
         _ => ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "invalid_token",
+            ErrorCode::InvalidToken,
             "capability is not valid",
         ),
     }
@@ -84,34 +85,34 @@ fn backend_error(e: &BackendError) -> ApiError {
         // Only removals report partly; an issue never does.
         BackendError::Unavailable(_) | BackendError::Partial { .. } => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "backend_unavailable",
+            ErrorCode::BackendUnavailable,
             "the downstream backend is unavailable",
         ),
         BackendError::Throttled(_) => ApiError {
             retry_after: Some(5),
             ..ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "backend_throttled",
+                ErrorCode::BackendThrottled,
                 "the downstream backend is throttling requests; retry later",
             )
         },
         BackendError::Refused(_) => ApiError::new(
             StatusCode::BAD_GATEWAY,
-            "backend_refused",
+            ErrorCode::BackendRefused,
             "the downstream backend refused to issue; an operator must check the backend's configuration",
         ),
         BackendError::Unsupported { code, message } => {
-            ApiError::bad_request(code, message.clone())
+            ApiError::bad_request(*code, message.clone())
         }
         BackendError::UnsafeDefaults(_) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "backend_unsafe_defaults",
+            ErrorCode::BackendUnsafeDefaults,
             "the downstream server has defaults that would let a credential do more than its grant; \
              nothing is issued until an operator fixes them (tessera backends check)",
         ),
         BackendError::Rejected(_) => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "backend_rejected",
+            ErrorCode::BackendRejected,
             "the downstream backend refused this grant (does the resource exist?)",
         ),
     }
@@ -121,27 +122,29 @@ fn refusal(outcome: &ConsumeOutcome) -> ApiError {
     match outcome {
         ConsumeOutcome::Unknown => ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "invalid_token",
+            ErrorCode::InvalidToken,
             "capability is not valid",
         ),
         ConsumeOutcome::Revoked => {
-            ApiError::forbidden("capability_revoked", "capability has been revoked")
+            ApiError::forbidden(ErrorCode::CapabilityRevoked, "capability has been revoked")
         }
         ConsumeOutcome::Expired => ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "token_expired",
+            ErrorCode::TokenExpired,
             "capability has expired",
         ),
         ConsumeOutcome::Lapsed => ApiError::forbidden(
-            "capability_lapsed",
+            ErrorCode::CapabilityLapsed,
             "capability's hold lapsed (its holder stopped renewing it); it is being revoked",
         ),
         ConsumeOutcome::RunInactive(RunState::Expired) => {
-            ApiError::forbidden("run_expired", "the run has expired")
+            ApiError::forbidden(ErrorCode::RunExpired, "the run has expired")
         }
-        ConsumeOutcome::RunInactive(_) => ApiError::forbidden("run_ended", "the run has ended"),
+        ConsumeOutcome::RunInactive(_) => {
+            ApiError::forbidden(ErrorCode::RunEnded, "the run has ended")
+        }
         ConsumeOutcome::Exhausted => {
-            ApiError::forbidden("uses_exhausted", "capability has no uses left")
+            ApiError::forbidden(ErrorCode::UsesExhausted, "capability has no uses left")
         }
         ConsumeOutcome::Consumed { .. } => ApiError::internal(),
     }
@@ -188,7 +191,7 @@ pub async fn exchange(
         audit.reason = Some("unknown_backend".into());
         app.store.writer().submit(AppendAudit(audit)).await?;
         return Err(ApiError::forbidden(
-            "unknown_backend",
+            ErrorCode::UnknownBackend,
             "the capability's backend is no longer configured",
         ));
     };
@@ -244,7 +247,7 @@ pub async fn exchange(
             app.revocation_wakeup.notify_one();
             app.metrics.exchange("revoked_during_issue");
             Err(ApiError::forbidden(
-                "lease_revoked",
+                ErrorCode::LeaseRevoked,
                 "the capability or its run was revoked while the credential was issued",
             ))
         }
@@ -266,10 +269,10 @@ pub async fn exchange(
                 "{} error={cause}",
                 audit.detail.take().unwrap_or_default()
             ));
-            app.metrics.exchange(api_error.code);
+            app.metrics.exchange(api_error.code.as_str());
             audit.event = events::LEASE_FAILED;
             audit.decision = "error";
-            audit.reason = Some(api_error.code.into());
+            audit.reason = Some(api_error.code.as_str().into());
             app.store
                 .writer()
                 .submit(FailLease { lease_id, audit })
@@ -317,7 +320,7 @@ async fn reauthorize(
         app.store.writer().submit(AppendAudit(refused)).await?;
         return Ok(Some(ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "invalid_token",
+            ErrorCode::InvalidToken,
             "capability is not valid",
         )));
     }
@@ -356,7 +359,7 @@ async fn reauthorize(
     app.store.writer().submit(AppendAudit(refused)).await?;
     app.metrics.exchange("policy_changed");
     Ok(Some(ApiError::forbidden(
-        "policy_changed",
+        ErrorCode::PolicyChanged,
         "the policy in force no longer grants this capability; it has been revoked",
     )))
 }

@@ -19,6 +19,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
+use tessera_client::types::ErrorCode;
 
 /// The request id, set by the request-context middleware.
 #[derive(Debug, Clone)]
@@ -59,7 +60,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
             Err(rejection) => Err(ApiError::bad_request(
-                "invalid_query",
+                ErrorCode::InvalidQuery,
                 rejection.body_text().chars().take(200).collect::<String>(),
             )),
         }
@@ -71,21 +72,21 @@ fn json_error(rejection: JsonRejection) -> ApiError {
         JsonRejection::JsonDataError(e) => {
             // serde's text can quote request content: cut it short, on a char boundary.
             let msg: String = e.body_text().chars().take(200).collect();
-            ApiError::bad_request("invalid_request", msg)
+            ApiError::bad_request(ErrorCode::InvalidRequest, msg)
         }
         JsonRejection::JsonSyntaxError(_) => {
-            ApiError::bad_request("invalid_json", "request body is not valid JSON")
+            ApiError::bad_request(ErrorCode::InvalidJson, "request body is not valid JSON")
         }
         JsonRejection::MissingJsonContentType(_) => ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             "expected Content-Type: application/json",
         ),
         JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             body_too_large()
         }
         other => ApiError::bad_request(
-            "invalid_request",
+            ErrorCode::InvalidRequest,
             other.body_text().chars().take(200).collect::<String>(),
         ),
     }
@@ -94,7 +95,7 @@ fn json_error(rejection: JsonRejection) -> ApiError {
 pub fn body_too_large() -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
+        ErrorCode::BodyTooLarge,
         "request body exceeds 64 KiB",
     )
 }
@@ -135,7 +136,7 @@ async fn runtime_from(
     {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "client_certificate_required",
+            ErrorCode::ClientCertificateRequired,
             "runtime credentials are accepted only with a verified TLS client certificate",
         ));
     }
@@ -150,7 +151,7 @@ async fn runtime_from(
         if presented.is_none_or(|c| !constant_time_eq(c.sha256.as_bytes(), pinned.as_bytes())) {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "client_certificate_mismatch",
+                ErrorCode::ClientCertificateMismatch,
                 "this runtime key is pinned to another TLS client certificate",
             ));
         }

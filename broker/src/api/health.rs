@@ -6,21 +6,21 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use serde_json::{json, Value};
-
-/// The OpenAPI 3.1 document, kept next to the router it describes; a test checks
-/// that every route is documented.
-pub const OPENAPI: &str = include_str!("openapi.json");
+use tessera_client::types::HealthResponse;
 
 /// `GET /healthz`: the process is up.
-pub async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+pub async fn healthz() -> Json<HealthResponse> {
+    Json(HealthResponse {
+        status: "ok".into(),
+    })
 }
 
 /// `GET /readyz`: the store answers; otherwise 503 so load balancers stop sending.
-pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn readyz(State(app): State<AppState>) -> Result<Json<HealthResponse>, ApiError> {
     if app.store.ping().await {
-        Ok(Json(json!({ "status": "ready" })))
+        Ok(Json(HealthResponse {
+            status: "ready".into(),
+        }))
     } else {
         Err(ApiError::unavailable())
     }
@@ -46,5 +46,8 @@ pub async fn jwks(State(app): State<AppState>) -> impl IntoResponse {
 
 /// `GET /v1/openapi.json`
 pub async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::openapi::document(),
+    )
 }

@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::store::revocations::{self, STUCK_AFTER_ATTEMPTS};
 use axum::extract::State;
 use axum::Json;
-use serde_json::{json, Value};
+use tessera_client::types::{ErrorCode, PendingRevocation, PendingRevocationList};
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,32 +27,30 @@ pub async fn pending(
     State(app): State<AppState>,
     _admin: AdminCaller,
     ApiQuery(p): ApiQuery<ListParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PendingRevocationList>, ApiError> {
     let limit = p.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::bad_request(
-            "invalid_query",
+            ErrorCode::InvalidQuery,
             "limit must be 1-1000",
         ));
     }
     let stuck = p.stuck.unwrap_or(false);
     let rows = revocations::pending(&app.store, stuck, limit).await?;
-    let rows: Vec<Value> = rows
+    let revocations = rows
         .into_iter()
-        .map(|r| {
-            json!({
-                "lease_id": r.lease_id,
-                "backend": r.backend,
-                "downstream_ref": r.downstream_ref,
-                "run_id": r.run_id,
-                "reason": r.reason,
-                "queued_at": rfc3339(r.created_at),
-                "attempts": r.attempts,
-                "next_attempt_at": rfc3339(r.next_attempt_at),
-                "stuck": r.attempts >= STUCK_AFTER_ATTEMPTS,
-                "last_error": r.last_error,
-            })
+        .map(|r| PendingRevocation {
+            stuck: r.attempts >= STUCK_AFTER_ATTEMPTS,
+            lease_id: r.lease_id,
+            backend: r.backend,
+            downstream_ref: r.downstream_ref,
+            run_id: r.run_id,
+            reason: r.reason,
+            queued_at: rfc3339(r.created_at),
+            attempts: r.attempts,
+            next_attempt_at: rfc3339(r.next_attempt_at),
+            last_error: r.last_error,
         })
         .collect();
-    Ok(Json(json!({ "revocations": rows })))
+    Ok(Json(PendingRevocationList { revocations }))
 }

@@ -14,6 +14,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Instant;
+use tessera_client::types::ErrorCode;
 use tessera_client::types::{ErrorBody, ErrorDetail};
 use tracing::Instrument;
 
@@ -38,13 +39,21 @@ pub async fn request_context(
     if let Some(e) = error {
         let _enter = span.enter();
         if e.status.is_server_error() {
-            tracing::error!(status = e.status.as_u16(), code = e.code, "request failed");
+            tracing::error!(
+                status = e.status.as_u16(),
+                code = e.code.as_str(),
+                "request failed"
+            );
         } else {
-            tracing::info!(status = e.status.as_u16(), code = e.code, "request refused");
+            tracing::info!(
+                status = e.status.as_u16(),
+                code = e.code.as_str(),
+                "request refused"
+            );
         }
         let body = ErrorBody {
             error: ErrorDetail {
-                code: e.code.to_owned(),
+                code: e.code.as_str().to_owned(),
                 message: e.message.clone(),
                 request_id: id.clone(),
             },
@@ -70,12 +79,12 @@ fn generic_error(status: StatusCode) -> ApiError {
         StatusCode::NOT_FOUND => ApiError::not_found("route"),
         StatusCode::METHOD_NOT_ALLOWED => ApiError::new(
             status,
-            "method_not_allowed",
+            ErrorCode::MethodNotAllowed,
             "method not allowed on this route",
         ),
         StatusCode::PAYLOAD_TOO_LARGE => super::extract::body_too_large(),
         s if s.is_server_error() => ApiError::internal(),
-        s => ApiError::new(s, "invalid_request", "request refused"),
+        s => ApiError::new(s, ErrorCode::InvalidRequest, "request refused"),
     }
 }
 

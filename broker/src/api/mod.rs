@@ -25,6 +25,7 @@ pub mod health;
 pub mod introspect;
 pub mod leases;
 pub mod middleware;
+pub mod openapi;
 pub mod policy;
 pub mod runs;
 

@@ -11,6 +11,7 @@ use crate::policy_reload::{self, ReloadError};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use tessera_client::types::ErrorCode;
 use tessera_client::types::PolicyReloadResponse;
 
 /// Longest error list returned (the rest is in the broker log).
@@ -41,7 +42,7 @@ pub async fn reload(
             }
             Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_policy",
+                ErrorCode::InvalidPolicy,
                 message,
             ))
         }

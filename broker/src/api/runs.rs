@@ -21,6 +21,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use secrecy::ExposeSecret;
+use tessera_client::types::ErrorCode;
 use tessera_client::types::{
     CapabilitySummary, CreateRunRequest, CreateRunResponse, EndRunResponse, LeaseSummary, RunList,
     RunSummary, RunView, Task,
@@ -48,13 +49,12 @@ pub async fn create(
     let limits = &app.config.limits;
     let ttl = match &req.ttl {
         None => limits.default_run_ttl,
-        Some(t) => {
-            parse_duration(t).map_err(|e| ApiError::bad_request("invalid_ttl", e.to_string()))?
-        }
+        Some(t) => parse_duration(t)
+            .map_err(|e| ApiError::bad_request(ErrorCode::InvalidTtl, e.to_string()))?,
     };
     if ttl > limits.max_run_ttl {
         return Err(ApiError::bad_request(
-            "invalid_ttl",
+            ErrorCode::InvalidTtl,
             format!(
                 "run ttl exceeds the server maximum of {}",
                 crate::grammar::format_duration(limits.max_run_ttl)
@@ -76,7 +76,7 @@ pub async fn create(
         audit.detail = Some(format!("task_kind={}", req.task.kind));
         app.store.writer().submit(AppendAudit(audit)).await?;
         return Err(ApiError::forbidden(
-            "runtime_scope",
+            ErrorCode::RuntimeScope,
             "this runtime may not start runs for that user or task kind",
         ));
     }
@@ -254,17 +254,17 @@ mod tests {
             validate(&req("al'ice", "summarize", vec![]))
                 .unwrap_err()
                 .code,
-            "invalid_user"
+            ErrorCode::InvalidUser
         );
         assert_eq!(
             validate(&req("alice", "Sum", vec![])).unwrap_err().code,
-            "invalid_task"
+            ErrorCode::InvalidTask
         );
         assert_eq!(
             validate(&req("alice", "s", vec!["bad label".into()]))
                 .unwrap_err()
                 .code,
-            "invalid_labels"
+            ErrorCode::InvalidLabels
         );
     }
 }
@@ -287,7 +287,7 @@ pub async fn list(
     _admin: AdminCaller,
     ApiQuery(p): ApiQuery<ListParams>,
 ) -> Result<Json<RunList>, ApiError> {
-    let bad = |m: &str| ApiError::bad_request("invalid_query", m.to_owned());
+    let bad = |m: &str| ApiError::bad_request(ErrorCode::InvalidQuery, m.to_owned());
     if p.runtime
         .as_deref()
         .is_some_and(|r| !super::admin::is_runtime_name(r))

@@ -21,6 +21,7 @@ pub mod token;
 use crate::capability::CapabilityClaims;
 use crate::store::writer::BoxFuture;
 use std::collections::BTreeMap;
+use tessera_client::types::ErrorCode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -45,7 +46,7 @@ pub enum BackendError {
     /// This capability cannot be expressed downstream (e.g. a policy over the
     /// downstream's size limit). `message` is safe to show the caller.
     #[error("{message}")]
-    Unsupported { code: &'static str, message: String },
+    Unsupported { code: ErrorCode, message: String },
     /// Strict mode: the server has these findings ([`Finding::id`]); nothing is
     /// issued until an operator fixes them (`tessera backends check NAME`).
     #[error("unsafe server defaults: {}", .0.join(", "))]

@@ -11,6 +11,7 @@
 //! attributes are the broker's.
 
 use std::collections::BTreeMap;
+use tessera_client::types::ErrorCode;
 
 use super::PolicyEngine;
 use crate::config::BackendConfig;
@@ -27,11 +28,11 @@ pub const MAX_ATTRIBUTES: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
     pub field: &'static str,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
-fn refused(field: &'static str, code: &'static str, message: impl Into<String>) -> Refused {
+fn refused(field: &'static str, code: ErrorCode, message: impl Into<String>) -> Refused {
     Refused {
         field,
         code,
@@ -53,21 +54,21 @@ pub fn check_run(run: &RunFields<'_>) -> Result<(), Refused> {
     if !names::is_user(run.user) {
         return Err(refused(
             "user",
-            "invalid_user",
+            ErrorCode::InvalidUser,
             "user must be 1-128 of [A-Za-z0-9._@+-]",
         ));
     }
     if !names::is_task_id(run.task_id) {
         return Err(refused(
             "task.id",
-            "invalid_task",
+            ErrorCode::InvalidTask,
             "task.id must be 1-128 of [A-Za-z0-9._:-]",
         ));
     }
     if !names::is_kind_or_label(run.task_kind) {
         return Err(refused(
             "task.kind",
-            "invalid_task",
+            ErrorCode::InvalidTask,
             "task.kind must be 1-64 of [a-z0-9._:-]",
         ));
     }
@@ -79,14 +80,14 @@ pub fn check_run(run: &RunFields<'_>) -> Result<(), Refused> {
     {
         return Err(refused(
             "task.attributes",
-            "invalid_task",
+            ErrorCode::InvalidTask,
             "task.attributes: at most 32, keys 1-64 of [A-Za-z0-9._-], values at most 256 bytes without control, bidirectional-control, line-separator or invisible characters",
         ));
     }
     if run.labels.len() > MAX_LABELS || !run.labels.iter().all(|l| names::is_kind_or_label(l)) {
         return Err(refused(
             "labels",
-            "invalid_labels",
+            ErrorCode::InvalidLabels,
             "labels: at most 32, each 1-64 of [a-z0-9._:-]",
         ));
     }
@@ -108,7 +109,7 @@ pub fn check_capability<'a>(
     {
         return Err(refused(
             "action",
-            "invalid_action",
+            ErrorCode::InvalidAction,
             "action must be 1-64 printable ASCII characters",
         ));
     }
@@ -123,7 +124,7 @@ pub fn check_capability<'a>(
     if !engine.is_known_action(action) {
         return Err(refused(
             "action",
-            "unknown_action",
+            ErrorCode::UnknownAction,
             "action is not declared in the policy schema",
         ));
     }

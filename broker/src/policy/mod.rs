@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
+use tessera_client::types::ErrorCode;
 
 use cedar_policy::{Authorizer, Decision, Entity, EntityTypeName, PolicySet, Schema};
 
@@ -126,10 +127,12 @@ impl DenyRule {
     /// The error code the caller gets. A plain deny never says which policy or
     /// rule: the sandbox learns only `capability_denied`. The wildcard rules say
     /// which, so a well-meaning tool knows to ask for a concrete resource instead.
-    pub fn code(self) -> &'static str {
+    pub fn code(self) -> ErrorCode {
         match self {
-            DenyRule::NoPermit | DenyRule::Forbidden => "capability_denied",
-            other => other.reason(),
+            DenyRule::NoPermit | DenyRule::Forbidden => ErrorCode::CapabilityDenied,
+            DenyRule::WildcardNotCovered => ErrorCode::WildcardNotCovered,
+            DenyRule::WildcardOverlapsForbid => ErrorCode::WildcardOverlapsForbid,
+            DenyRule::WildcardOverlapsApproval => ErrorCode::WildcardOverlapsApproval,
         }
     }
 

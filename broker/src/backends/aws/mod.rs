@@ -41,6 +41,7 @@ use aws_sdk_sts::types::Tag;
 use serde_json::{json, Value};
 use settings::AwsStsConfig;
 use std::collections::BTreeMap;
+use tessera_client::types::ErrorCode;
 
 /// STS's shortest session.
 pub const MIN_SESSION_SECS: i64 = 900;
@@ -78,14 +79,14 @@ impl AwsStsBackend {
                 .is_none_or(|allowed| allowed.iter().any(|a| a == &c.act));
         if !action_ok {
             return Err(BackendError::Unsupported {
-                code: "invalid_action",
+                code: ErrorCode::InvalidAction,
                 message: "this backend no longer issues credentials for this action or resource"
                     .to_owned(),
             });
         }
         if !grammar::is_sts_name(&c.sub) {
             return Err(BackendError::Unsupported {
-                code: "user_not_aws_compatible",
+                code: ErrorCode::UserNotAwsCompatible,
                 message:
                     "the user name cannot be an AWS SourceIdentity (2-64 of [A-Za-z0-9_+=,.@-])"
                         .to_owned(),
@@ -95,13 +96,13 @@ impl AwsStsBackend {
         let session_name = format!("tsr-{}-{suffix}", c.run);
         if !grammar::is_sts_name(&session_name) {
             return Err(BackendError::Unsupported {
-                code: "run_not_aws_compatible",
+                code: ErrorCode::RunNotAwsCompatible,
                 message: "the run id cannot be carried in an AWS session name".to_owned(),
             });
         }
         let policy = session_policy::build(&c.act, grant.path, c.exp).map_err(|e| {
             BackendError::Unsupported {
-                code: "session_policy_too_large",
+                code: ErrorCode::SessionPolicyTooLarge,
                 message: e.to_string(),
             }
         })?;
@@ -324,7 +325,7 @@ fn classify_code(op: &str, code: &str, message: &str) -> BackendError {
         | "RequestThrottled"
         | "SlowDown" => BackendError::Throttled(format!("{op}: {code}")),
         "PackedPolicyTooLarge" | "PackedPolicyTooLargeException" => BackendError::Unsupported {
-            code: "session_policy_too_large",
+            code: ErrorCode::SessionPolicyTooLarge,
             message: "the session policy and session tags exceed STS's packed size limit".into(),
         },
         "InvalidClientTokenId"
@@ -355,7 +356,7 @@ mod tests {
         assert!(matches!(
             classify_code("AssumeRole", "PackedPolicyTooLarge", "x"),
             BackendError::Unsupported {
-                code: "session_policy_too_large",
+                code: ErrorCode::SessionPolicyTooLarge,
                 ..
             }
         ));
