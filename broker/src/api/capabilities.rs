@@ -12,6 +12,7 @@
 //!    — and only then does the signed token leave the process.
 
 use super::extract::{ApiJson, RequestId, RunCaller, RunOrAdmin};
+use super::refusals;
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
 use crate::capability::{CapabilityClaims, CAPABILITY_TYP};
@@ -22,7 +23,7 @@ use crate::ids::{is_id, new_id};
 use crate::keys::jwt;
 use crate::policy::admit;
 use crate::policy::effective::Effective;
-use crate::policy::{DenyRule, PolicyDecision};
+use crate::policy::PolicyDecision;
 use crate::store::capabilities::{
     CapabilityRecord, HeldCapability, IssueCapability, IssueOutcome, RateCharge, RevokeCapability,
     Revoker,
@@ -39,13 +40,6 @@ use tessera_client::types::{
     CapabilityRequest, CapabilityResponse, RenewHoldsRequest, RenewHoldsResponse, RenewedHold,
     RevokeCapabilityResponse,
 };
-
-fn run_inactive(state: RunState) -> ApiError {
-    match state {
-        RunState::Expired => ApiError::forbidden(ErrorCode::RunExpired, "the run has expired"),
-        _ => ApiError::forbidden(ErrorCode::RunEnded, "the run has ended"),
-    }
-}
 
 fn rate_charge(bucket: String, rate: &Rate) -> RateCharge {
     let window_us = i64::try_from(rate.per.as_micros()).unwrap_or(i64::MAX / 4);
@@ -66,7 +60,7 @@ pub async fn request(
     let now = app.clock.now();
     let state = run.state(now);
     if state != RunState::Active {
-        return Err(run_inactive(state));
+        return Err(refusals::run_inactive(state));
     }
     let policy = app.policy();
     let res = admit::check_capability(&policy, &app.config.backends, &req.action, &req.resource)
@@ -128,7 +122,7 @@ pub async fn request(
                 policies.join(",")
             ));
             app.metrics.capability("denied");
-            let refusal = ApiError::forbidden(rule.code(), deny_message(rule));
+            let refusal = refusals::denied(rule);
             return Err(record_refusal(&app, &run, audit, refusal).await);
         }
         PolicyDecision::Allow {
@@ -183,22 +177,6 @@ fn parse_hold(s: &str) -> Result<i64, String> {
     Ok(d as i64)
 }
 
-/// What the caller reads with a policy refusal: the rule, never the policy.
-fn deny_message(rule: DenyRule) -> &'static str {
-    match rule {
-        DenyRule::NoPermit | DenyRule::Forbidden => "request denied by policy",
-        DenyRule::WildcardOverlapsForbid => {
-            "the wildcard could name a resource that policy forbids; ask for a narrower or concrete resource"
-        }
-        DenyRule::WildcardOverlapsApproval => {
-            "the wildcard could name a resource that needs a human approval; ask for a concrete resource"
-        }
-        DenyRule::WildcardNotCovered => {
-            "no policy grants every resource the wildcard names; ask for a narrower or concrete resource"
-        }
-    }
-}
-
 /// Records a refusal through the same path as an issuance: charged to the run's
 /// server-wide rate bucket and audited in the writer's batch. Returns the error
 /// to answer with (429 when the run is over its rate, run_ended when it ended).
@@ -215,19 +193,8 @@ async fn record_refusal(
     };
     match app.store.writer().issue(op).await {
         Ok(IssueOutcome::Denied) => refusal,
-        Ok(other) => refused(other),
+        Ok(other) => refusals::issue(other),
         Err(e) => e.into(),
-    }
-}
-
-/// The error for an issuance the writer refused (anything but the expected outcome).
-fn refused(outcome: IssueOutcome) -> ApiError {
-    match outcome {
-        IssueOutcome::RunInactive(state) => run_inactive(state),
-        IssueOutcome::RateLimited { retry_after_us } => {
-            ApiError::rate_limited((retry_after_us as u64).div_ceil(1_000_000))
-        }
-        IssueOutcome::Issued | IssueOutcome::Denied => ApiError::internal(),
     }
 }
 
@@ -327,7 +294,7 @@ async fn issue(
                 }),
             ))
         }
-        other => Err(refused(other)),
+        other => Err(refusals::issue(other)),
     }
 }
 
@@ -385,7 +352,7 @@ pub async fn renew(
     }
     let state = run.state(app.clock.now());
     if state != RunState::Active {
-        return Err(run_inactive(state));
+        return Err(refusals::run_inactive(state));
     }
     let mut ids: Vec<String> = Vec::with_capacity(req.capability_ids.len());
     for id in req.capability_ids {

@@ -11,9 +11,10 @@
 //! minted; a backend failure marks the reserved lease failed.
 
 use super::extract::{ApiJson, RequestId};
+use super::refusals;
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
-use crate::backends::{BackendError, Grant};
+use crate::backends::Grant;
 use crate::capability::{self, CapabilityClaims, TokenError};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
@@ -26,7 +27,6 @@ use crate::store::capabilities::{
     Revoker,
 };
 use crate::store::revocations::RearmRevocation;
-use crate::store::runs::RunState;
 use crate::store::writer::AppendAudit;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -34,21 +34,6 @@ use axum::Json;
 use std::sync::Arc;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::{ExchangeRequest, ExchangeResponse};
-
-fn token_error(e: TokenError) -> ApiError {
-    match e {
-        TokenError::Expired => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::TokenExpired,
-            "capability has expired",
-        ),
-        _ => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::InvalidToken,
-            "capability is not valid",
-        ),
-    }
-}
 
 /// Verifies a capability, reloading keys once if its `kid` is unknown here
 /// (another replica may have rotated).
@@ -78,78 +63,6 @@ pub async fn verify_capability(
     }
 }
 
-/// What the caller learns when the backend fails: a stable code, never the
-/// downstream's own message (that is logged and audited with the lease).
-fn backend_error(e: &BackendError) -> ApiError {
-    match e {
-        // Only removals report partly; an issue never does.
-        BackendError::Unavailable(_) | BackendError::Partial { .. } => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::BackendUnavailable,
-            "the downstream backend is unavailable",
-        ),
-        BackendError::Throttled(_) => ApiError {
-            retry_after: Some(5),
-            ..ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::BackendThrottled,
-                "the downstream backend is throttling requests; retry later",
-            )
-        },
-        BackendError::Refused(_) => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            ErrorCode::BackendRefused,
-            "the downstream backend refused to issue; an operator must check the backend's configuration",
-        ),
-        BackendError::Unsupported { code, message } => {
-            ApiError::bad_request(*code, message.clone())
-        }
-        BackendError::UnsafeDefaults(_) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::BackendUnsafeDefaults,
-            "the downstream server has defaults that would let a credential do more than its grant; \
-             nothing is issued until an operator fixes them (tessera backends check)",
-        ),
-        BackendError::Rejected(_) => ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::BackendRejected,
-            "the downstream backend refused this grant (does the resource exist?)",
-        ),
-    }
-}
-
-fn refusal(outcome: &ConsumeOutcome) -> ApiError {
-    match outcome {
-        ConsumeOutcome::Unknown => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::InvalidToken,
-            "capability is not valid",
-        ),
-        ConsumeOutcome::Revoked => {
-            ApiError::forbidden(ErrorCode::CapabilityRevoked, "capability has been revoked")
-        }
-        ConsumeOutcome::Expired => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::TokenExpired,
-            "capability has expired",
-        ),
-        ConsumeOutcome::Lapsed => ApiError::forbidden(
-            ErrorCode::CapabilityLapsed,
-            "capability's hold lapsed (its holder stopped renewing it); it is being revoked",
-        ),
-        ConsumeOutcome::RunInactive(RunState::Expired) => {
-            ApiError::forbidden(ErrorCode::RunExpired, "the run has expired")
-        }
-        ConsumeOutcome::RunInactive(_) => {
-            ApiError::forbidden(ErrorCode::RunEnded, "the run has ended")
-        }
-        ConsumeOutcome::Exhausted => {
-            ApiError::forbidden(ErrorCode::UsesExhausted, "capability has no uses left")
-        }
-        ConsumeOutcome::Consumed { .. } => ApiError::internal(),
-    }
-}
-
 /// `POST /v1/exchange`
 pub async fn exchange(
     State(app): State<AppState>,
@@ -162,7 +75,7 @@ pub async fn exchange(
         Ok(c) => c,
         Err(e) => {
             app.metrics.exchange("invalid_token");
-            return Err(token_error(e));
+            return Err(refusals::token(e));
         }
     };
     let mut audit = AuditEvent::new(
@@ -220,7 +133,7 @@ pub async fn exchange(
         .await?;
     let ConsumeOutcome::Consumed { uses_left } = outcome else {
         app.metrics.exchange(outcome.reason());
-        return Err(refusal(&outcome));
+        return Err(refusals::exchange(&outcome));
     };
 
     // 2. Mint. If the backend fails, the reserved lease is marked failed (the use
@@ -263,7 +176,7 @@ pub async fn exchange(
         }
         Err(e) => {
             tracing::error!(error = %e, backend = backend_name, "backend could not issue");
-            let api_error = backend_error(&e);
+            let api_error = refusals::backend(&e);
             let cause: String = e.to_string().chars().take(300).collect();
             audit.detail = Some(format!(
                 "{} error={cause}",

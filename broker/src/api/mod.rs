@@ -3,7 +3,7 @@
 //! | module | routes |
 //! |---|---|
 //! | [`runs`] | `POST /v1/runs`, `GET /v1/runs/{id}`, `POST /v1/runs/{id}/end` |
-//! | [`capabilities`] | `POST /v1/capabilities`, `POST /v1/capabilities/{id}/revoke` |
+//! | [`capabilities`] | `POST /v1/capabilities`, `POST /v1/capabilities/renew`, `POST /v1/capabilities/{id}/revoke` |
 //! | [`exchange`] | `POST /v1/exchange` |
 //! | [`introspect`] | `POST /v1/introspect` |
 //! | [`admin`] | `/v1/admin/runtimes…`, `/v1/admin/keys…`, `/v1/admin/leases` |
@@ -13,7 +13,9 @@
 //! | [`leases`] | `GET /v1/admin/leases` (pending and stuck downstream removals) |
 //! | [`health`] | `/healthz`, `/readyz`, `/metrics`, `/.well-known/jwks.json`, `/v1/openapi.json` |
 //!
-//! Bodies are capped at 64 KiB; every response passes [`middleware::request_context`].
+//! Every refusal reads as [`refusals`] says (status, code, message), and the
+//! OpenAPI document is assembled in [`openapi`]. Bodies are capped at 64 KiB;
+//! every response passes [`middleware::request_context`].
 
 pub mod admin;
 pub mod audit;
@@ -27,6 +29,7 @@ pub mod leases;
 pub mod middleware;
 pub mod openapi;
 pub mod policy;
+pub mod refusals;
 pub mod runs;
 
 use crate::app::AppState;

@@ -1,0 +1,146 @@
+//! Every refusal a caller can get, in one place: the domain outcome (a run's
+//! state, a store outcome, a policy rule, a backend failure, a token check) →
+//! the HTTP status, the stable [`ErrorCode`] and the message an untrusted
+//! sandbox may read. Handlers decide; this module says how a decision reads.
+//!
+//! Why one module: the same outcome (an ended run, say) is refused at
+//! issuance, exchange and renewal, and must read the same everywhere; spread
+//! over the handlers, the copies drifted.
+
+use crate::backends::BackendError;
+use crate::capability::TokenError;
+use crate::error::ApiError;
+use crate::policy::DenyRule;
+use crate::store::capabilities::{ConsumeOutcome, IssueOutcome};
+use crate::store::runs::RunState;
+use axum::http::StatusCode;
+use tessera_client::types::ErrorCode;
+
+/// A run that is not active.
+pub fn run_inactive(state: RunState) -> ApiError {
+    match state {
+        RunState::Expired => ApiError::forbidden(ErrorCode::RunExpired, "the run has expired"),
+        _ => ApiError::forbidden(ErrorCode::RunEnded, "the run has ended"),
+    }
+}
+
+/// A capability token that does not verify.
+pub fn token(e: TokenError) -> ApiError {
+    match e {
+        TokenError::Expired => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::TokenExpired,
+            "capability has expired",
+        ),
+        _ => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::InvalidToken,
+            "capability is not valid",
+        ),
+    }
+}
+
+/// A policy refusal: the rule, never the policy.
+pub fn denied(rule: DenyRule) -> ApiError {
+    ApiError::forbidden(rule.code(), deny_message(rule))
+}
+
+/// What the caller reads with a policy refusal: the rule, never the policy.
+fn deny_message(rule: DenyRule) -> &'static str {
+    match rule {
+        DenyRule::NoPermit | DenyRule::Forbidden => "request denied by policy",
+        DenyRule::WildcardOverlapsForbid => {
+            "the wildcard could name a resource that policy forbids; ask for a narrower or concrete resource"
+        }
+        DenyRule::WildcardOverlapsApproval => {
+            "the wildcard could name a resource that needs a human approval; ask for a concrete resource"
+        }
+        DenyRule::WildcardNotCovered => {
+            "no policy grants every resource the wildcard names; ask for a narrower or concrete resource"
+        }
+    }
+}
+
+/// An issuance the writer refused (anything but the expected outcome).
+pub fn issue(outcome: IssueOutcome) -> ApiError {
+    match outcome {
+        IssueOutcome::RunInactive(state) => run_inactive(state),
+        IssueOutcome::RateLimited { retry_after_us } => {
+            ApiError::rate_limited((retry_after_us as u64).div_ceil(1_000_000))
+        }
+        IssueOutcome::Issued | IssueOutcome::Denied => ApiError::internal(),
+    }
+}
+
+/// An exchange the store refused.
+pub fn exchange(outcome: &ConsumeOutcome) -> ApiError {
+    match outcome {
+        ConsumeOutcome::Unknown => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::InvalidToken,
+            "capability is not valid",
+        ),
+        ConsumeOutcome::Revoked => {
+            ApiError::forbidden(ErrorCode::CapabilityRevoked, "capability has been revoked")
+        }
+        ConsumeOutcome::Expired => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::TokenExpired,
+            "capability has expired",
+        ),
+        ConsumeOutcome::Lapsed => ApiError::forbidden(
+            ErrorCode::CapabilityLapsed,
+            "capability's hold lapsed (its holder stopped renewing it); it is being revoked",
+        ),
+        ConsumeOutcome::RunInactive(RunState::Expired) => {
+            ApiError::forbidden(ErrorCode::RunExpired, "the run has expired")
+        }
+        ConsumeOutcome::RunInactive(_) => {
+            ApiError::forbidden(ErrorCode::RunEnded, "the run has ended")
+        }
+        ConsumeOutcome::Exhausted => {
+            ApiError::forbidden(ErrorCode::UsesExhausted, "capability has no uses left")
+        }
+        ConsumeOutcome::Consumed { .. } => ApiError::internal(),
+    }
+}
+
+/// What the caller learns when the backend fails: a stable code, never the
+/// downstream's own message (that is logged and audited with the lease).
+pub fn backend(e: &BackendError) -> ApiError {
+    match e {
+        // Only removals report partly; an issue never does.
+        BackendError::Unavailable(_) | BackendError::Partial { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::BackendUnavailable,
+            "the downstream backend is unavailable",
+        ),
+        BackendError::Throttled(_) => ApiError {
+            retry_after: Some(5),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::BackendThrottled,
+                "the downstream backend is throttling requests; retry later",
+            )
+        },
+        BackendError::Refused(_) => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            ErrorCode::BackendRefused,
+            "the downstream backend refused to issue; an operator must check the backend's configuration",
+        ),
+        BackendError::Unsupported { code, message } => {
+            ApiError::bad_request(*code, message.clone())
+        }
+        BackendError::UnsafeDefaults(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::BackendUnsafeDefaults,
+            "the downstream server has defaults that would let a credential do more than its grant; \
+             nothing is issued until an operator fixes them (tessera backends check)",
+        ),
+        BackendError::Rejected(_) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::BackendRejected,
+            "the downstream backend refused this grant (does the resource exist?)",
+        ),
+    }
+}
