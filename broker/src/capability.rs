@@ -8,31 +8,13 @@
 
 use crate::keys::jwt::{self, JwtError};
 use crate::keys::KeySet;
-use serde::{Deserialize, Serialize};
 
 pub const CAPABILITY_TYP: &str = "tsr-cap+jwt";
 /// Allowed clock skew for `nbf`/`iat` between replicas.
 const LEEWAY_SECS: i64 = 5;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CapabilityClaims {
-    pub iss: String,
-    pub aud: String,
-    pub sub: String,
-    pub jti: String,
-    pub iat: i64,
-    pub nbf: i64,
-    pub exp: i64,
-    pub run: String,
-    pub task: String,
-    pub rt: String,
-    pub act: String,
-    pub res: String,
-    pub uses: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cnf: Option<serde_json::Value>,
-}
+/// The claims (a wire type, shared with clients that verify capabilities).
+pub use tessera_client::types::CapabilityClaims;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {

@@ -402,3 +402,137 @@ pub struct ErrorDetail {
     pub message: String,
     pub request_id: String,
 }
+
+/// The claims of a capability token (`typ` `tsr-cap+jwt`): what the broker
+/// signs, and what `POST /v1/introspect` returns for a live one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapabilityClaims {
+    pub iss: String,
+    pub aud: String,
+    pub sub: String,
+    pub jti: String,
+    pub iat: i64,
+    pub nbf: i64,
+    pub exp: i64,
+    pub run: String,
+    pub task: String,
+    pub rt: String,
+    pub act: String,
+    pub res: String,
+    pub uses: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cnf: Option<serde_json::Value>,
+}
+
+/// The claims of an access token from a `token` backend (`typ` `at+jwt`,
+/// RFC 9068).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessTokenClaims {
+    pub iss: String,
+    pub aud: String,
+    pub sub: String,
+    pub jti: String,
+    pub iat: i64,
+    pub nbf: i64,
+    pub exp: i64,
+    pub client_id: String,
+    pub scope: String,
+    pub resource: String,
+    pub act: Actor,
+    /// The capability this token was exchanged for.
+    pub cap: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Actor {
+    pub sub: String,
+}
+
+/// `POST /v1/introspect` response: `{"active": false}` for anything that is
+/// not a live token this caller may see, or the live token's claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum IntrospectResponse {
+    Capability(CapabilityIntrospection),
+    AccessToken(AccessTokenIntrospection),
+    Inactive(InactiveIntrospection),
+}
+
+impl IntrospectResponse {
+    pub fn inactive() -> Self {
+        IntrospectResponse::Inactive(InactiveIntrospection { active: false })
+    }
+}
+
+/// A token that is not live (or not this caller's): nothing else is said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InactiveIntrospection {
+    pub active: bool,
+}
+
+/// A live capability: its claims, and the uses it has left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapabilityIntrospection {
+    pub active: bool,
+    /// `capability`.
+    pub token_type: String,
+    /// Its action.
+    pub scope: String,
+    pub uses_left: u32,
+    #[serde(flatten)]
+    pub claims: CapabilityClaims,
+}
+
+/// A live access token of a `token` backend: its claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessTokenIntrospection {
+    pub active: bool,
+    /// `access_token`.
+    pub token_type: String,
+    #[serde(flatten)]
+    pub claims: AccessTokenClaims,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn introspection_answers_read_back_as_what_they_are() {
+        let claims = CapabilityClaims {
+            iss: "tessera".into(),
+            aud: "tessera/capabilities".into(),
+            sub: "alice".into(),
+            jti: "j".into(),
+            iat: 1,
+            nbf: 1,
+            exp: 2,
+            run: "r".into(),
+            task: "t".into(),
+            rt: "rt".into(),
+            act: "read".into(),
+            res: "svc:a".into(),
+            uses: 3,
+            cnf: None,
+        };
+        let live = IntrospectResponse::Capability(CapabilityIntrospection {
+            active: true,
+            token_type: "capability".into(),
+            scope: "read".into(),
+            uses_left: 2,
+            claims,
+        });
+        for answer in [live, IntrospectResponse::inactive()] {
+            let json = serde_json::to_string(&answer).unwrap();
+            let back: IntrospectResponse = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, answer, "{json}");
+        }
+        assert_eq!(
+            serde_json::to_value(IntrospectResponse::inactive()).unwrap(),
+            serde_json::json!({ "active": false })
+        );
+    }
+}

@@ -18,11 +18,13 @@ use axum::extract::State;
 use axum::Json;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use serde_json::{json, Value};
-use tessera_client::types::IntrospectRequest;
+use serde_json::Value;
+use tessera_client::types::{
+    AccessTokenIntrospection, CapabilityIntrospection, IntrospectRequest, IntrospectResponse,
+};
 
-fn inactive() -> Json<Value> {
-    Json(json!({ "active": false }))
+fn inactive() -> Json<IntrospectResponse> {
+    Json(IntrospectResponse::inactive())
 }
 
 /// The `typ` a token claims, without trusting anything else about it.
@@ -38,7 +40,7 @@ pub async fn introspect(
     State(app): State<AppState>,
     caller: RuntimeOrAdmin,
     ApiJson(req): ApiJson<IntrospectRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<IntrospectResponse>, ApiError> {
     let now = app.clock.now();
     if claimed_typ(&req.token).as_deref() == Some(ACCESS_TOKEN_TYP) {
         return access_token(&app, &caller, &req.token, now).await;
@@ -53,14 +55,15 @@ pub async fn introspect(
     if !visible || st.run_id != claims.run || !st.is_active(now) {
         return Ok(inactive());
     }
-    let mut body = serde_json::to_value(&claims).map_err(|_| ApiError::internal())?;
-    if let Value::Object(map) = &mut body {
-        map.insert("active".into(), true.into());
-        map.insert("token_type".into(), "capability".into());
-        map.insert("scope".into(), claims.act.clone().into());
-        map.insert("uses_left".into(), st.uses_left.into());
-    }
-    Ok(Json(body))
+    Ok(Json(IntrospectResponse::Capability(
+        CapabilityIntrospection {
+            active: true,
+            token_type: "capability".into(),
+            scope: claims.act.clone(),
+            uses_left: st.uses_left,
+            claims,
+        },
+    )))
 }
 
 async fn access_token(
@@ -68,7 +71,7 @@ async fn access_token(
     caller: &RuntimeOrAdmin,
     token: &str,
     now: i64,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<IntrospectResponse>, ApiError> {
     let Ok((claims, _kid)) =
         jwt::verify::<AccessTokenClaims>(token, ACCESS_TOKEN_TYP, &app.keys.snapshot(), now)
     else {
@@ -104,10 +107,11 @@ async fn access_token(
     if !visible || !st.is_alive(now) {
         return Ok(inactive());
     }
-    let mut body = serde_json::to_value(&claims).map_err(|_| ApiError::internal())?;
-    if let Value::Object(map) = &mut body {
-        map.insert("active".into(), true.into());
-        map.insert("token_type".into(), "access_token".into());
-    }
-    Ok(Json(body))
+    Ok(Json(IntrospectResponse::AccessToken(
+        AccessTokenIntrospection {
+            active: true,
+            token_type: "access_token".into(),
+            claims,
+        },
+    )))
 }

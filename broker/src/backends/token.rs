@@ -10,35 +10,12 @@
 use super::{Backend, BackendError, Grant, Issued};
 use crate::keys::{jwt, KeyRing};
 use crate::store::writer::BoxFuture;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub const ACCESS_TOKEN_TYP: &str = "at+jwt";
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AccessTokenClaims {
-    pub iss: String,
-    pub aud: String,
-    pub sub: String,
-    pub jti: String,
-    pub iat: i64,
-    pub nbf: i64,
-    pub exp: i64,
-    pub client_id: String,
-    pub scope: String,
-    pub resource: String,
-    pub act: Actor,
-    /// The capability this token was exchanged for.
-    pub cap: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Actor {
-    pub sub: String,
-}
+pub use tessera_client::types::{AccessTokenClaims, Actor};
 
 pub struct TokenBackend {
     pub issuer: String,
