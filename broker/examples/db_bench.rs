@@ -333,7 +333,7 @@ async fn end_and_settle(
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let pass = Instant::now();
-        let n = tessera_broker::revocation::run_once(app).await?;
+        let n = tessera_broker::jobs::revocation::run_once(app).await?;
         if std::env::var_os("VERBOSE").is_some() {
             eprintln!(
                 "  run end request {ended:?}; worker pass: {n} users in {:?}",

@@ -1,4 +1,4 @@
-//! Liveness, readiness, metrics, JWKS and the OpenAPI document.
+//! Liveness, readiness and metrics: what load balancers and scrapers read.
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -35,19 +35,5 @@ pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         app.metrics.render(app.store.writer().stats()),
-    )
-}
-
-/// `GET /.well-known/jwks.json`
-pub async fn jwks(State(app): State<AppState>) -> impl IntoResponse {
-    let body = app.keys.snapshot().jwks(app.clock.now());
-    ([(header::CACHE_CONTROL, "public, max-age=60")], Json(body))
-}
-
-/// `GET /v1/openapi.json`
-pub async fn openapi() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        super::openapi::document(),
     )
 }

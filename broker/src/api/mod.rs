@@ -10,8 +10,9 @@
 //! | [`audit`] | `/v1/admin/audit`, `/v1/admin/audit/verify` |
 //! | [`policy`] | `/v1/admin/policy/reload` |
 //! | [`runs`] (admin) | `GET /v1/admin/runs` |
-//! | [`leases`] | `GET /v1/admin/leases` (pending and stuck downstream removals) |
-//! | [`health`] | `/healthz`, `/readyz`, `/metrics`, `/.well-known/jwks.json`, `/v1/openapi.json` |
+//! | [`revocations`] | `GET /v1/admin/leases` (pending and stuck downstream removals) |
+//! | [`health`] | `/healthz`, `/readyz`, `/metrics` |
+//! | [`discovery`] | `/.well-known/jwks.json`, `/v1/openapi.json` |
 //!
 //! Every refusal reads as [`refusals`] says (status, code, message), and the
 //! OpenAPI document is assembled in [`openapi`]. Bodies are capped at 64 KiB;
@@ -20,16 +21,17 @@
 pub mod admin;
 pub mod audit;
 pub mod capabilities;
+pub mod discovery;
 pub mod edge;
 pub mod exchange;
 pub mod extract;
 pub mod health;
 pub mod introspect;
-pub mod leases;
 pub mod middleware;
 pub mod openapi;
 pub mod policy;
 pub mod refusals;
+pub mod revocations;
 pub mod runs;
 
 use crate::app::AppState;
@@ -78,7 +80,7 @@ pub fn router(app: AppState) -> Router {
         .route("/v1/capabilities/{id}/revoke", post(capabilities::revoke))
         .route("/v1/exchange", post(exchange::exchange))
         .route("/v1/introspect", post(introspect::introspect))
-        .route("/.well-known/jwks.json", get(health::jwks))
+        .route("/.well-known/jwks.json", get(discovery::jwks))
         .route(
             "/v1/admin/runtimes",
             post(admin::create_runtime).get(admin::list_runtimes),
@@ -90,7 +92,7 @@ pub fn router(app: AppState) -> Router {
             post(admin::disable_runtime),
         )
         .route("/v1/admin/runs", get(runs::list))
-        .route("/v1/admin/leases", get(leases::pending))
+        .route("/v1/admin/leases", get(revocations::pending))
         .route("/v1/admin/policy/reload", post(policy::reload))
         .route("/v1/admin/audit", get(audit::list))
         .route("/v1/admin/audit/verify", get(audit::verify))
@@ -101,7 +103,7 @@ pub fn router(app: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
-        .route("/v1/openapi.json", get(health::openapi))
+        .route("/v1/openapi.json", get(discovery::openapi))
         .fallback(middleware::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(

@@ -325,7 +325,7 @@ pub async fn deliver(app: &App, client: &reqwest::Client) -> Result<usize, Store
         } else {
             delivered += 1;
         }
-        let retry_at = now + crate::revocation::backoff_secs(attempts + 1);
+        let retry_at = now + crate::jobs::revocation::backoff_secs(attempts + 1);
         app.store
             .writer()
             .submit(WitnessOutcome {

@@ -11,14 +11,13 @@ use crate::app::App;
 use crate::clock::Clock;
 use crate::config::{self, Config, Overrides};
 use crate::ids::{has_secret_shape, new_secret, secret_hash, sha256_hex, ADMIN_TOKEN_PREFIX};
-use crate::keys::{manage, Kek};
+use crate::keys::Kek;
 use crate::policy::PolicyEngine;
 use anyhow::{bail, Context};
 use secrecy::ExposeSecret;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 pub fn run(args: ServeArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -202,20 +201,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listen = config.listen;
     let clock = Clock::new();
     let app = App::build(config, kek, policy, admin, clock).await?;
-    tokio::spawn(refresh_keys(app.clone()));
-    tokio::spawn(crate::expiry::run(
-        app.clone(),
-        app.config.expiry_sweep_interval,
-    ));
-    tokio::spawn(reload_on_sighup(app.clone()));
-    let revocation_worker = tokio::spawn(crate::revocation::run(app.clone()));
-    let heartbeat = tokio::spawn(crate::revocation::heartbeat(app.clone()));
-    tokio::spawn(warn_unsafe_defaults(app.clone()));
-    let checkpoints = tokio::spawn(crate::audit::checkpoint::run(app.clone()));
-    tokio::spawn(crate::audit::checkpoint::run_witness(app.clone()));
-    if let Some(every) = app.config.policy_watch_interval {
-        tokio::spawn(crate::policy_reload::watch(app.clone(), every));
-    }
+    let jobs = crate::jobs::start(&app);
 
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -235,64 +221,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await?;
-    // Work claimed by this process is finished or handed back before it exits.
-    crate::revocation::stop(&app, revocation_worker, heartbeat, REVOCATION_STOP_GRACE).await;
-    // The last rows get a checkpoint of their own (stop was signalled above).
-    if tokio::time::timeout(Duration::from_secs(5), checkpoints)
-        .await
-        .is_err()
-    {
-        tracing::warn!("the final audit checkpoint did not finish in 5 s");
-    }
+    jobs.stop().await;
     Ok(())
-}
-
-/// How long a stopping broker lets a revocation pass in progress finish.
-const REVOCATION_STOP_GRACE: Duration = Duration::from_secs(10);
-
-/// Logs each downstream default that lets a throw-away credential do more
-/// than its grant (`tessera backends check NAME` prints the same, with the fix).
-async fn warn_unsafe_defaults(app: crate::app::AppState) {
-    for (name, backend) in &app.backends {
-        match backend.unsafe_defaults().await {
-            Ok(findings) => {
-                for f in findings {
-                    tracing::warn!(backend = %name, finding = f.id, what = %f.what, fix = %f.fix, "unsafe downstream default");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(backend = %name, error = %e, "cannot check the backend's server defaults")
-            }
-        }
-    }
-}
-
-/// Picks up keys rotated by another replica (on-demand reloads for unknown
-/// kids are throttled, so this bounds how long a new key can go unrecognised).
-async fn refresh_keys(app: crate::app::AppState) {
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
-    loop {
-        tick.tick().await;
-        match manage::load(&app.store, &app.kek, app.clock.now()).await {
-            Ok(set) => app.keys.replace(set),
-            Err(e) => tracing::warn!(error = %e, "signing key refresh failed"),
-        }
-    }
-}
-
-/// `kill -HUP`: reload the policy directory (see [`crate::policy_reload`]).
-async fn reload_on_sighup(app: crate::app::AppState) {
-    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGHUP; reload via the admin API");
-            return;
-        }
-    };
-    while hup.recv().await.is_some() {
-        // Outcomes (including rejections) are logged and audited by reload().
-        let _ = crate::policy_reload::reload(&app, "signal", None).await;
-    }
 }
 
 async fn shutdown_signal() {

@@ -5,7 +5,7 @@
 //! removing its database user is a call to another system that can be down or
 //! slow. So the store transaction that revokes a lease (run end, capability
 //! revoke, expiry, failed issue) also writes a `revocations` row, and a worker
-//! (`crate::revocation`) drives each row to completion — retried with backoff,
+//! (`crate::jobs::revocation`) drives each row to completion — retried with backoff,
 //! surviving restarts, visible when stuck. Claims go through the writer like every
 //! write, so replicas sharing PostgreSQL never work on the same row at once: a
 //! claim names the claiming instance and holds until `claim_until`, which that

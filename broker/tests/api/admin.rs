@@ -216,11 +216,26 @@ async fn the_sweeper_ends_expired_runs_once(app: TestApp) {
         .await;
 
     // Nothing is due yet.
-    assert_eq!(tessera_broker::expiry::sweep(&app.state).await.unwrap(), 0);
+    assert_eq!(
+        tessera_broker::jobs::expiry::sweep(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
     app.state.clock.advance(Duration::from_secs(5 * 60 + 1));
-    assert_eq!(tessera_broker::expiry::sweep(&app.state).await.unwrap(), 1);
+    assert_eq!(
+        tessera_broker::jobs::expiry::sweep(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
     // A second sweep finds nothing more: one expiry, one audit row.
-    assert_eq!(tessera_broker::expiry::sweep(&app.state).await.unwrap(), 0);
+    assert_eq!(
+        tessera_broker::jobs::expiry::sweep(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
 
     let rows = app
         .audit(&format!("run={short_run}&event=run.expired"))

@@ -109,7 +109,7 @@ async fn ending_a_run_denies_its_sessions_on_the_role_with_deny_revoked_runs() {
         .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let settled = tessera_broker::revocation::run_once(&app.state)
+    let settled = tessera_broker::jobs::revocation::run_once(&app.state)
         .await
         .unwrap();
     assert_eq!(settled, 1);

@@ -77,7 +77,7 @@ async fn exec_runs_psql_as_a_user_that_reads_one_table_and_is_then_gone() {
 
     // exec revoked the capability when psql exited; the outbox removes the user.
     assert!(fx.role_exists(&user).await, "removal is the worker's job");
-    tessera_broker::revocation::run_once(&app.state)
+    tessera_broker::jobs::revocation::run_once(&app.state)
         .await
         .unwrap();
     assert!(!fx.role_exists(&user).await, "{user} still exists");
@@ -127,7 +127,7 @@ async fn the_client_library_gets_a_database_user() {
         Err(tessera_client::Error::Denied { .. })
     ));
     assert!(client.revoke(&db.capability).await.unwrap());
-    tessera_broker::revocation::run_once(&app.state)
+    tessera_broker::jobs::revocation::run_once(&app.state)
         .await
         .unwrap();
     assert!(!fx.role_exists(&db.username).await);

@@ -339,7 +339,7 @@ async fn exactly_the_grant_and_nothing_that_outlives_it(version: u32) {
     let users = [user.clone(), vi["username"].as_str().unwrap().to_owned()];
 
     end_run(&app, &key, &run_id).await;
-    let done = tessera_broker::revocation::run_once(&app.state)
+    let done = tessera_broker::jobs::revocation::run_once(&app.state)
         .await
         .unwrap();
     assert_eq!(
@@ -475,7 +475,7 @@ async fn pg_objects_in_other_databases_are_removed_and_a_poisoned_user_delays_no
 
     end_run(&app, &key, &run_id).await;
     let started = std::time::Instant::now();
-    let done = tessera_broker::revocation::run_once(&app.state)
+    let done = tessera_broker::jobs::revocation::run_once(&app.state)
         .await
         .unwrap();
     eprintln!(
@@ -508,7 +508,7 @@ async fn pg_objects_in_other_databases_are_removed_and_a_poisoned_user_delays_no
     .unwrap();
     app.state.clock.advance(std::time::Duration::from_secs(60));
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -577,7 +577,7 @@ async fn pg17_ten_thousand_live_users_on_one_table() {
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         USERS

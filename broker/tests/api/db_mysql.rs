@@ -188,7 +188,7 @@ async fn my_issued_user_gets_exactly_one_grant_and_run_end_removes_it() {
     // Run end: locked, session killed, dropped.
     end_run(&app, &key, &run_id).await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -224,7 +224,7 @@ async fn my_capability_revoke_and_expiry_remove_users() {
     )
     .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -243,9 +243,11 @@ async fn my_capability_revoke_and_expiry_remove_users() {
     app.state
         .clock
         .advance(std::time::Duration::from_secs(11 * 60));
-    tessera_broker::expiry::sweep(&app.state).await.unwrap();
+    tessera_broker::jobs::expiry::sweep(&app.state)
+        .await
+        .unwrap();
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -286,7 +288,7 @@ async fn my_fifty_parallel_exchanges_get_distinct_working_users() {
     }
     end_run(&app, &key, &run_id).await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         50
@@ -363,7 +365,7 @@ async fn my_downstream_down_is_503_and_revocation_survives_restart() {
     assert_eq!(live, 1);
     end_run(&app, &key, &run_id).await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         0
@@ -375,7 +377,7 @@ async fn my_downstream_down_is_503_and_revocation_survives_restart() {
     proxy.restore().await;
     app.state.clock.advance(std::time::Duration::from_secs(60));
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         2
@@ -418,7 +420,7 @@ async fn my_least_privileged_broker_account_suffices() {
     assert_eq!(select(&mut open, &fx.table("granted")).await.unwrap(), 1);
     end_run(&app, &key, &run_id).await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -544,7 +546,7 @@ async fn my_accounts_use_the_configured_host_and_are_removed_under_it() {
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1

@@ -345,7 +345,7 @@ async fn pg_issued_user_gets_exactly_one_grant() {
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&_key), Value::Null)
         .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         3
@@ -379,7 +379,7 @@ async fn pg_run_end_removes_user_and_cuts_sessions(_plain: TestApp) {
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -398,7 +398,7 @@ async fn pg_run_end_removes_user_and_cuts_sessions(_plain: TestApp) {
     assert!(audit[0]["detail"].as_str().unwrap().contains(&user));
     // Settled: nothing pending, a second pass does nothing.
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         0
@@ -440,7 +440,7 @@ async fn pg_capability_revoke_and_expiry_remove_users() {
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -456,9 +456,11 @@ async fn pg_capability_revoke_and_expiry_remove_users() {
     let expiring = v["username"].as_str().unwrap().to_owned();
     let dsn = v["dsn"].as_str().unwrap().to_owned();
     let mut open = PgConnection::connect(&dsn).await.unwrap();
-    tessera_broker::expiry::sweep(&app.state).await.unwrap();
+    tessera_broker::jobs::expiry::sweep(&app.state)
+        .await
+        .unwrap();
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         0
@@ -467,9 +469,11 @@ async fn pg_capability_revoke_and_expiry_remove_users() {
     app.state
         .clock
         .advance(std::time::Duration::from_secs(11 * 60));
-    tessera_broker::expiry::sweep(&app.state).await.unwrap();
+    tessera_broker::jobs::expiry::sweep(&app.state)
+        .await
+        .unwrap();
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -522,7 +526,7 @@ async fn pg_fifty_parallel_exchanges_get_distinct_working_users() {
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         50
@@ -625,7 +629,7 @@ async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         0
@@ -652,7 +656,7 @@ async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
     for _ in 0..2 {
         app.state.clock.advance(std::time::Duration::from_secs(60));
         assert_eq!(
-            tessera_broker::revocation::run_once(&app.state)
+            tessera_broker::jobs::revocation::run_once(&app.state)
                 .await
                 .unwrap(),
             0
@@ -674,7 +678,7 @@ async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
     proxy.restore().await;
     app.state.clock.advance(std::time::Duration::from_secs(60));
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         2
@@ -710,7 +714,7 @@ async fn pg_revocation_survives_restart(plain: TestApp) {
     assert!(fx.role_exists(&user).await);
     // ...and the restarted broker removes it from the durable outbox.
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -735,7 +739,7 @@ async fn pg_missing_table_is_422_and_leaves_nothing() {
     )
     .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         1
@@ -821,7 +825,7 @@ async fn pg_all_tables_only_by_an_explicit_permit() {
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         2
@@ -857,7 +861,7 @@ async fn pg_least_privileged_broker_account_suffices() {
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         2
@@ -916,7 +920,7 @@ async fn pg_insert_covers_the_tables_own_sequences() {
     app.post(&format!("/v1/runs/{_run}/end"), Some(&_key), Value::Null)
         .await;
     assert_eq!(
-        tessera_broker::revocation::run_once(&app.state)
+        tessera_broker::jobs::revocation::run_once(&app.state)
             .await
             .unwrap(),
         2
@@ -960,7 +964,7 @@ async fn pg_users_that_own_objects_are_removed_with_their_batch() {
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
     let started = std::time::Instant::now();
-    let done = tessera_broker::revocation::run_once(&app.state)
+    let done = tessera_broker::jobs::revocation::run_once(&app.state)
         .await
         .unwrap();
     eprintln!(

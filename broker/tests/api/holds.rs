@@ -62,8 +62,10 @@ fn lapsed(v: &Value) -> Vec<&str> {
 }
 
 async fn sweep_and_settle(app: &TestApp) {
-    tessera_broker::expiry::sweep(&app.state).await.unwrap();
-    tessera_broker::revocation::run_once(&app.state)
+    tessera_broker::jobs::expiry::sweep(&app.state)
+        .await
+        .unwrap();
+    tessera_broker::jobs::revocation::run_once(&app.state)
         .await
         .unwrap();
 }
@@ -210,7 +212,9 @@ async fn holds_are_renewed_only_for_their_own_run() {
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(lapsed(&renew(&app, &alice, &[hers_id]).await), [hers_id]);
     // Lapsed revocations are the sweeper's, nothing else's: nothing was lapsed.
-    tessera_broker::expiry::sweep(&app.state).await.unwrap();
+    tessera_broker::jobs::expiry::sweep(&app.state)
+        .await
+        .unwrap();
     assert!(app.audit("event=capability.lapsed").await.is_empty());
 }
 

@@ -27,7 +27,7 @@ pub async fn sweep(app: &App) -> Result<usize, StoreError> {
     if lapsed > 0 {
         tracing::info!(capabilities = lapsed, "lapsed holds revoked");
     }
-    crate::revocation::reap_expired_leases(app).await?;
+    crate::jobs::revocation::reap_expired_leases(app).await?;
     if ended + lapsed > 0 {
         app.revocation_wakeup.notify_one();
     }

@@ -1,0 +1,92 @@
+//! Background work of a serving broker, started together by [`start`] and
+//! stopped by [`Running::stop`].
+//!
+//! | job | what | how often |
+//! |---|---|---|
+//! | [`revocation`] | drives the downstream-removal outbox; its heartbeat keeps this instance's claims | woken by every revocation, else every second |
+//! | [`expiry`] | ends runs past their expiry; revokes capabilities whose hold lapsed and leases past theirs | `expiry_sweep_interval` |
+//! | [`keys`] | picks up signing keys another replica rotated | every 5 s |
+//! | [`policy`] | reloads the policy on SIGHUP and, with `policy_watch_interval`, when its files change | on signal / interval |
+//! | audit checkpoints (`audit::checkpoint`) | signs the head and hands it to the witnesses | `[audit]` settings |
+//!
+//! Why one place: each job is a loop that must survive a store outage (log,
+//! retry next tick) and some must finish or hand back their work at shutdown;
+//! listing them together keeps the serve path a list of calls, and tests run
+//! no jobs — they call `revocation::run_once` and `expiry::sweep` themselves.
+
+pub mod expiry;
+pub mod keys;
+pub mod policy;
+pub mod revocation;
+
+use crate::app::AppState;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// How long a stopping broker lets a revocation pass in progress finish.
+const REVOCATION_STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long a stopping broker waits for the final audit checkpoint.
+const CHECKPOINT_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The jobs whose end a shutdown waits for.
+pub struct Running {
+    app: AppState,
+    revocation_worker: JoinHandle<()>,
+    heartbeat: JoinHandle<()>,
+    checkpoints: JoinHandle<()>,
+}
+
+/// Starts every background job of a serving broker.
+pub fn start(app: &AppState) -> Running {
+    tokio::spawn(keys::refresh(app.clone()));
+    tokio::spawn(expiry::run(app.clone(), app.config.expiry_sweep_interval));
+    tokio::spawn(policy::reload_on_sighup(app.clone()));
+    if let Some(every) = app.config.policy_watch_interval {
+        tokio::spawn(crate::policy_reload::watch(app.clone(), every));
+    }
+    tokio::spawn(warn_unsafe_defaults(app.clone()));
+    tokio::spawn(crate::audit::checkpoint::run_witness(app.clone()));
+    Running {
+        app: app.clone(),
+        revocation_worker: tokio::spawn(revocation::run(app.clone())),
+        heartbeat: tokio::spawn(revocation::heartbeat(app.clone())),
+        checkpoints: tokio::spawn(crate::audit::checkpoint::run(app.clone())),
+    }
+}
+
+impl Running {
+    /// After the listener stopped: work claimed by this process is finished or
+    /// handed back, and the last rows get a checkpoint of their own.
+    pub async fn stop(self) {
+        revocation::stop(
+            &self.app,
+            self.revocation_worker,
+            self.heartbeat,
+            REVOCATION_STOP_GRACE,
+        )
+        .await;
+        if tokio::time::timeout(CHECKPOINT_STOP_GRACE, self.checkpoints)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the final audit checkpoint did not finish in 5 s");
+        }
+    }
+}
+
+/// Logs each downstream default that lets a throw-away credential do more
+/// than its grant (`tessera backends check NAME` prints the same, with the fix).
+async fn warn_unsafe_defaults(app: AppState) {
+    for (name, backend) in &app.backends {
+        match backend.unsafe_defaults().await {
+            Ok(findings) => {
+                for f in findings {
+                    tracing::warn!(backend = %name, finding = f.id, what = %f.what, fix = %f.fix, "unsafe downstream default");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(backend = %name, error = %e, "cannot check the backend's server defaults")
+            }
+        }
+    }
+}
