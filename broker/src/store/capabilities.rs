@@ -10,6 +10,7 @@
 //! - rate limits are GCRA buckets read and written inside the writer's
 //!   transaction (batches are serialised, across replicas too).
 
+use super::rate;
 use super::runs::{run_columns, RunRecord, RunState};
 use super::writer::{BoxFuture, WriteCtx, WriteOp, ROWS_PER_INSERT};
 use super::{col, Dialect, Store, StoreError};
@@ -167,35 +168,31 @@ pub(crate) async fn apply_issue_segment(
             slot.outcome = Some(IssueOutcome::RunInactive(state));
             continue;
         }
-        // GCRA: admitted when the new theoretical arrival time is within one window.
-        let next: Vec<(&str, i64)> = op
+        let buckets: Vec<rate::Bucket> = op
             .rate
             .iter()
-            .map(|c| {
-                let tat = tats.get(&c.bucket).copied().unwrap_or(now_us).max(now_us);
-                (c.bucket.as_str(), tat + c.interval_us)
+            .map(|c| rate::Bucket {
+                tat_us: tats.get(&c.bucket).copied(),
+                interval_us: c.interval_us,
+                window_us: c.window_us,
             })
             .collect();
-        let retry_after_us = op
-            .rate
-            .iter()
-            .zip(&next)
-            .map(|(c, (_, tat))| tat - c.window_us - now_us)
-            .filter(|wait| *wait > 0)
-            .max();
-        if let Some(retry_after_us) = retry_after_us {
-            ctx.audit(&refused(
-                &op.audit,
-                events::CAPABILITY_RATE_LIMITED,
-                "rate_limited".into(),
-            ))
-            .await?;
-            slot.outcome = Some(IssueOutcome::RateLimited { retry_after_us });
-            continue;
-        }
-        for (bucket, tat) in next {
-            tats.insert(bucket.to_owned(), tat);
-            dirty.insert(bucket.to_owned());
+        let next = match rate::charge(now_us, &buckets) {
+            Ok(next) => next,
+            Err(retry_after_us) => {
+                ctx.audit(&refused(
+                    &op.audit,
+                    events::CAPABILITY_RATE_LIMITED,
+                    "rate_limited".into(),
+                ))
+                .await?;
+                slot.outcome = Some(IssueOutcome::RateLimited { retry_after_us });
+                continue;
+            }
+        };
+        for (c, tat) in op.rate.iter().zip(next) {
+            tats.insert(c.bucket.clone(), tat);
+            dirty.insert(c.bucket.clone());
         }
         ctx.audit(&op.audit).await?;
         if op.record.is_some() {

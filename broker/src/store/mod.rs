@@ -13,6 +13,7 @@ pub mod capabilities;
 pub mod holds;
 pub mod instances;
 pub mod keys;
+pub mod rate;
 pub mod revocations;
 pub mod runs;
 pub mod runtimes;
