@@ -6,7 +6,7 @@
 #
 # The virtualenv lives under a cache directory, outside the work tree, so several
 # clones share one install: ${TESSERA_CACHE_DIR:-$HOME/.cache/tessera}/.venv-moto.
-# The test harness (broker/tests/api/moto.rs) runs `scripts/moto.sh python` and starts
+# The test harness (broker/tests/api/support/moto.rs) runs `scripts/moto.sh python` and starts
 # tests/moto/launcher.py with it on 127.0.0.1 and a free port; a failure here fails
 # the tests, it never skips them.
 set -euo pipefail

@@ -2,7 +2,7 @@
 //! runs; the expiry sweeper makes an expiry durable, revoking and auditing it.
 
 use crate::both_stores;
-use crate::helpers::{assert_error, TestApp};
+use crate::support::app::{assert_error, TestApp};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! and the report names the first broken row and how it broke.
 
 use crate::both_stores;
-use crate::helpers::TestApp;
+use crate::support::app::TestApp;
 use serde_json::Value;
 
 both_stores!(
@@ -135,7 +135,7 @@ async fn relink_unkeyed(app: &TestApp, from_seq: i64, keep_key_id: bool) {
     for r in &rows {
         let seq: i64 = r.try_get("seq").unwrap();
         if seq >= from_seq {
-            let ev = crate::store::audit_event_of(r);
+            let ev = crate::support::audit_chain::audit_event_of(r);
             let h = chain_hash(&prev, seq, r.try_get("at_ms").unwrap(), &ev);
             let key = if keep_key_id { "key_id" } else { "NULL" };
             let q = app
@@ -313,7 +313,8 @@ async fn truncation_is_named_by_checkpoints(app: TestApp) {
             serde_json::json!({ "checkpoints": vec!["x"; 101] }),
         )
         .await;
-    crate::helpers::assert_error(resp, reqwest::StatusCode::BAD_REQUEST, "invalid_request").await;
+    crate::support::app::assert_error(resp, reqwest::StatusCode::BAD_REQUEST, "invalid_request")
+        .await;
 }
 
 /// A database written by a broker from before the keyed chain (every link an
@@ -431,7 +432,7 @@ async fn a_head_moved_back_stops_writes_and_checkpoints(app: TestApp) {
             serde_json::json!({ "name": "after-cut", "users": "*", "task_kinds": "*" }),
         )
         .await;
-    crate::helpers::assert_error(
+    crate::support::app::assert_error(
         resp,
         reqwest::StatusCode::SERVICE_UNAVAILABLE,
         "store_unavailable",

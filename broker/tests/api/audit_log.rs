@@ -2,7 +2,7 @@
 //! filters narrow exactly, paging neither skips nor repeats, bad filters are 400.
 
 use crate::both_stores;
-use crate::helpers::{assert_error, TestApp};
+use crate::support::app::{assert_error, TestApp};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::collections::BTreeSet;

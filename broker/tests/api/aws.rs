@@ -5,89 +5,11 @@
 //! Every S3 call is signed with the credentials the broker returned, so a 200 or
 //! a 403 here is moto's (strict) authorisation of exactly those credentials.
 
-use crate::helpers::{assert_error, Db, Extra, TestApp};
-use crate::moto::{moto, s3, SessionKeys, ACCOUNT, BUCKET, EXTERNAL_ID, ROLE};
+use crate::support::app::assert_error;
+use crate::support::aws::{app, capability_with_ttl, REPORTS_2026};
+use crate::support::moto::{moto, s3, SessionKeys, ACCOUNT, BUCKET, EXTERNAL_ID, ROLE};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-
-pub(crate) const POLICY: &str = r#"
-@id("aws-read-reports") @ttl("10m") @uses("5")
-permit (principal in Tessera::Group::"analysts", action == Tessera::Action::"s3:GetObject", resource)
-when { resource.backend like "aws-*" && resource.path like "arn:aws:s3:::tessera-reports/reports/*" };
-
-@id("aws-list-reports") @ttl("10m")
-permit (principal in Tessera::Group::"analysts", action == Tessera::Action::"s3:ListBucket", resource)
-when { resource.backend like "aws-*" && resource.path == "arn:aws:s3:::tessera-reports" };
-"#;
-
-pub(crate) fn backend(name: &str, role: &str, extra: &str) -> String {
-    let m = moto();
-    format!(
-        "[backends.{name}]\nkind = \"aws-sts\"\nrole_arn = \"arn:aws:iam::{ACCOUNT}:role/{role}\"\n\
-         region = \"us-east-1\"\nendpoint_url = \"{}\"\n{extra}\n",
-        m.endpoint
-    )
-}
-
-pub(crate) fn broker_env() -> Vec<(String, String)> {
-    let m = moto();
-    vec![
-        ("AWS_ACCESS_KEY_ID".into(), m.broker.access_key_id.clone()),
-        (
-            "AWS_SECRET_ACCESS_KEY".into(),
-            m.broker.secret_access_key.clone(),
-        ),
-    ]
-}
-
-/// A broker with backend `aws-main` (role tessera-agents, external id) and
-/// `aws-nobody` (a role that does not exist).
-pub(crate) async fn app() -> TestApp {
-    let config = backend(
-        "aws-main",
-        ROLE,
-        &format!("external_id = \"{EXTERNAL_ID}\""),
-    ) + &backend("aws-nobody", "does-not-exist", "");
-    TestApp::spawn_extra(
-        Db::Sqlite,
-        Extra {
-            config,
-            policy: POLICY.to_owned(),
-            env: broker_env(),
-        },
-    )
-    .await
-}
-
-pub(crate) async fn capability_with_ttl(
-    app: &TestApp,
-    run_token: &str,
-    action: &str,
-    resource: &str,
-    ttl: &str,
-) -> Value {
-    let resp = app
-        .post(
-            "/v1/capabilities",
-            Some(run_token),
-            json!({ "action": action, "resource": resource, "ttl": ttl }),
-        )
-        .await;
-    let status = resp.status();
-    let v: Value = resp.json().await.expect("json");
-    assert_eq!(status, StatusCode::CREATED, "{v}");
-    v
-}
-
-pub(crate) async fn exchange_ok(app: &TestApp, token: &str) -> Value {
-    let resp = app.exchange(token).await;
-    let status = resp.status();
-    let v: Value = resp.json().await.expect("json");
-    assert_eq!(status, StatusCode::OK, "{v}");
-    v
-}
-
-pub(crate) const REPORTS_2026: &str = "aws-main:arn:aws:s3:::tessera-reports/reports/2026/*";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_can_do_exactly_the_capability_action_on_its_resource() {
@@ -96,7 +18,7 @@ async fn credentials_can_do_exactly_the_capability_action_on_its_resource() {
     let cap = app
         .capability_ok(&token, "s3:GetObject", REPORTS_2026)
         .await;
-    let v = exchange_ok(&app, cap["token"].as_str().unwrap()).await;
+    let v = app.exchange_ok(cap["token"].as_str().unwrap()).await;
 
     assert_eq!(v["kind"], "aws", "DESIGN §12: the credential kind");
     for f in [
@@ -206,7 +128,7 @@ async fn credentials_stop_working_when_the_capability_expires() {
     let app = app().await;
     let (_, run_id, token) = app.run_for("alice").await;
     let cap = capability_with_ttl(&app, &token, "s3:GetObject", REPORTS_2026, "6s").await;
-    let v = exchange_ok(&app, cap["token"].as_str().unwrap()).await;
+    let v = app.exchange_ok(cap["token"].as_str().unwrap()).await;
     assert_eq!(v["expiration"], cap["expires_at"]);
     let keys = SessionKeys::from_exchange(&v);
     let path = format!("/{BUCKET}/reports/2026/q1.csv");
@@ -232,7 +154,7 @@ async fn a_capability_for_another_action_buys_nothing_broader() {
     let (_, run_id, token) = app.run_for("alice").await;
     let bucket = "aws-main:arn:aws:s3:::tessera-reports";
     let cap = app.capability_ok(&token, "s3:ListBucket", bucket).await;
-    let keys = SessionKeys::from_exchange(&exchange_ok(&app, cap["token"].as_str().unwrap()).await);
+    let keys = SessionKeys::from_exchange(&app.exchange_ok(cap["token"].as_str().unwrap()).await);
     let (status, body) = s3(&keys, "GET", &format!("/{BUCKET}?list-type=2"), b"").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("reports/2026/q1.csv"), "{body}");
@@ -351,8 +273,8 @@ async fn an_aws_sdk_accepts_the_credential_process_object() {
     let cap = app
         .capability_ok(&token, "s3:GetObject", REPORTS_2026)
         .await;
-    let v = exchange_ok(&app, cap["token"].as_str().unwrap()).await;
-    let dir = crate::helpers::TempDir::new();
+    let v = app.exchange_ok(cap["token"].as_str().unwrap()).await;
+    let dir = crate::support::app::TempDir::new();
     let json_file = dir.0.join("credentials.json");
     std::fs::write(&json_file, v["credential_process"].to_string()).unwrap();
     let config = dir.0.join("config");

@@ -2,9 +2,9 @@
 //! secrets kept out of audit and Debug, `deny_revoked_runs`, and where the
 //! broker's own credentials come from (or why it refuses to start).
 
-use crate::aws::{app, backend, broker_env, exchange_ok, POLICY, REPORTS_2026};
-use crate::helpers::{assert_error, Db, Extra, TestApp};
-use crate::moto::{moto, s3, SessionKeys, BUCKET, EXTERNAL_ID, REVOKE_ROLE, ROLE};
+use crate::support::app::{assert_error, Db, Extra, TestApp};
+use crate::support::aws::{app, backend, broker_env, POLICY, REPORTS_2026};
+use crate::support::moto::{moto, s3, SessionKeys, BUCKET, EXTERNAL_ID, REVOKE_ROLE, ROLE};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -43,7 +43,7 @@ async fn sts_refusals_and_throttling_are_clear_errors() {
     let cap = app
         .capability_ok(&token, "s3:GetObject", REPORTS_2026)
         .await;
-    exchange_ok(&app, cap["token"].as_str().unwrap()).await;
+    app.exchange_ok(cap["token"].as_str().unwrap()).await;
     // …or reported as throttling, with Retry-After, when it does not.
     moto().throttle(&format!("tsr-{run_id}"), 50).await;
     let cap = app
@@ -62,7 +62,7 @@ async fn no_secret_reaches_audit_rows_or_debug_output() {
     let cap = app
         .capability_ok(&token, "s3:GetObject", REPORTS_2026)
         .await;
-    let v = exchange_ok(&app, cap["token"].as_str().unwrap()).await;
+    let v = app.exchange_ok(cap["token"].as_str().unwrap()).await;
     let audit = serde_json::to_string(&app.audit("").await).unwrap();
     let config = format!("{:?}", app.state.config);
     let broker_secret = &moto().broker.secret_access_key;
@@ -96,13 +96,12 @@ async fn ending_a_run_denies_its_sessions_on_the_role_with_deny_revoked_runs() {
     let (key, run_id, token) = app.run_for("alice").await;
     let (_, _, other_token) = app.run_for("alice").await;
     let cap = app.capability_ok(&token, "s3:GetObject", resource).await;
-    let doomed =
-        SessionKeys::from_exchange(&exchange_ok(&app, cap["token"].as_str().unwrap()).await);
+    let doomed = SessionKeys::from_exchange(&app.exchange_ok(cap["token"].as_str().unwrap()).await);
     let cap = app
         .capability_ok(&other_token, "s3:GetObject", resource)
         .await;
     let bystander =
-        SessionKeys::from_exchange(&exchange_ok(&app, cap["token"].as_str().unwrap()).await);
+        SessionKeys::from_exchange(&app.exchange_ok(cap["token"].as_str().unwrap()).await);
     assert_eq!(s3(&doomed, "GET", &path, b"").await.0, 200);
 
     let resp = app
@@ -150,7 +149,7 @@ async fn ending_a_run_denies_its_sessions_on_the_role_with_deny_revoked_runs() {
 async fn a_missing_credential_source_fails_at_start() {
     let config = format!(
         "{}\n{}",
-        crate::helpers::TEST_CONFIG,
+        crate::support::app::TEST_CONFIG,
         backend("aws-main", ROLE, "")
     );
     let e = tessera_broker::config::Config::from_toml(
@@ -188,7 +187,7 @@ fn aws_config(backend_toml: &str) -> tessera_broker::backends::aws::settings::Aw
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_credentials_from_a_named_profile() {
-    let dir = crate::helpers::TempDir::new();
+    let dir = crate::support::app::TempDir::new();
     let file = dir.0.join("credentials");
     let m = moto();
     std::fs::write(
@@ -220,7 +219,7 @@ async fn broker_credentials_from_a_named_profile() {
     let cap = app
         .capability_ok(&token, "s3:GetObject", REPORTS_2026)
         .await;
-    let keys = SessionKeys::from_exchange(&exchange_ok(&app, cap["token"].as_str().unwrap()).await);
+    let keys = SessionKeys::from_exchange(&app.exchange_ok(cap["token"].as_str().unwrap()).await);
     assert_eq!(
         s3(&keys, "GET", "/tessera-reports/reports/2026/q1.csv", b"")
             .await
@@ -236,7 +235,7 @@ async fn broker_credentials_from_a_named_profile() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn profiles_that_would_use_instance_metadata_or_do_not_exist_fail_at_start() {
     use tessera_broker::backends::aws::AwsStsBackend;
-    let dir = crate::helpers::TempDir::new();
+    let dir = crate::support::app::TempDir::new();
     let file = dir.0.join("credentials");
     std::fs::write(
         &file,

@@ -1,21 +1,10 @@
 //! Capabilities under policy: permits, denies, constraints, rate limits, revocation.
 
 use crate::both_stores;
-use crate::helpers::{assert_error, TestApp};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
+use crate::support::app::{assert_error, TestApp};
+use crate::support::tokens::{claims_of, header_of};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-
-pub fn claims_of(token: &str) -> Value {
-    let payload = token.split('.').nth(1).expect("payload");
-    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).expect("b64")).expect("json")
-}
-
-pub fn header_of(token: &str) -> Value {
-    let h = token.split('.').next().expect("header");
-    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(h).expect("b64")).expect("json")
-}
 
 both_stores!(
     permit_issues_a_signed_recorded_capability,

@@ -3,7 +3,7 @@
 //! recovers; credentials are refreshed before they expire; nothing secret shows in
 //! `Debug`.
 
-use crate::helpers::{Db, TestApp};
+use crate::support::app::{Db, TestApp};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -179,8 +179,8 @@ impl Switch {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_503_is_retried_until_the_broker_recovers() {
     let switch = Switch::start().await;
-    let server =
-        crate::helpers::pg_url().replace("127.0.0.1:5432", &format!("127.0.0.1:{}", switch.port));
+    let server = crate::support::app::pg_url()
+        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", switch.port));
     let app = TestApp::spawn_with(Db::Postgres, Some(server)).await;
     let (_k, _r, token) = app.run_for("alice").await;
 

@@ -3,21 +3,15 @@
 //! exec --aws` handing scoped credentials to a Python tool, and the Rust
 //! `TesseraCredentials` provider refreshing through the broker.
 
-use crate::aws::{app, REPORTS_2026};
-use crate::moto::{moto, s3, SessionKeys};
+use crate::support::aws::{app, REPORTS_2026};
+use crate::support::moto::{moto, s3, SessionKeys};
 use aws_credential_types::provider::ProvideCredentials;
 use std::path::Path;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
-/// Mode 0600: clients refuse a token file that group or others may read.
-pub(crate) fn private(f: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
-}
-
 /// A client of `app` holding the run token `token`.
-fn client_for(app: &crate::helpers::TestApp, token: String) -> tessera_client::Client {
+fn client_for(app: &crate::support::app::TestApp, token: String) -> tessera_client::Client {
     tessera_client::Client::builder()
         .address(app.url(""))
         .run_token(secrecy::SecretString::from(token))
@@ -26,7 +20,11 @@ fn client_for(app: &crate::helpers::TestApp, token: String) -> tessera_client::C
 }
 
 /// The states of a run's capabilities, as its runtime reads them.
-async fn capability_states(app: &crate::helpers::TestApp, key: &str, run_id: &str) -> Vec<String> {
+async fn capability_states(
+    app: &crate::support::app::TestApp,
+    key: &str,
+    run_id: &str,
+) -> Vec<String> {
     let caps = app.run_capabilities(key, run_id).await;
     caps.iter()
         .map(|c| c["state"].as_str().unwrap().to_owned())
@@ -37,7 +35,7 @@ async fn capability_states(app: &crate::helpers::TestApp, key: &str, run_id: &st
 fn token_file(dir: &Path, token: &str) -> std::path::PathBuf {
     let f = dir.join("run.token");
     std::fs::write(&f, token).unwrap();
-    private(&f);
+    crate::support::app::private(&f);
     f
 }
 
@@ -60,7 +58,7 @@ for what, call in [
 async fn boto3_gets_scoped_credentials_through_tessera_credential_process() {
     let app = app().await;
     let (key, run_id, token) = app.run_for("alice").await;
-    let dir = crate::helpers::TempDir::new();
+    let dir = crate::support::app::TempDir::new();
     let tokens = token_file(&dir.0, &token);
     let config = dir.0.join("config");
     std::fs::write(
@@ -140,7 +138,7 @@ async fn boto3_gets_scoped_credentials_through_tessera_credential_process() {
 async fn exec_hands_a_python_tool_scoped_aws_credentials_and_nothing_else() {
     let app = app().await;
     let (_, run_id, token) = app.run_for("alice").await;
-    let dir = crate::helpers::TempDir::new();
+    let dir = crate::support::app::TempDir::new();
     let tokens = token_file(&dir.0, &token);
     let m = moto();
     let out = tokio::process::Command::new(BIN)

@@ -2,8 +2,8 @@
 //! exec --db` running `psql` as a throw-away user that can read one table, whose
 //! user is gone once the command exited and the outbox ran.
 
-use crate::db_postgres::PgFixture;
-use crate::helpers::{Db, TestApp};
+use crate::support::app::{Db, TestApp};
+use crate::support::postgres::PgFixture;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
@@ -12,10 +12,10 @@ async fn exec_runs_psql_as_a_user_that_reads_one_table_and_is_then_gone() {
     let fx = PgFixture::new().await;
     let app = TestApp::spawn_db(Db::Sqlite).await;
     let (_k, run_id, token) = app.run_for("alice").await;
-    let dir = crate::helpers::TempDir::new();
+    let dir = crate::support::app::TempDir::new();
     let token_file = dir.0.join("run.token");
     std::fs::write(&token_file, &token).unwrap();
-    crate::client_aws::private(&token_file);
+    crate::support::app::private(&token_file);
     let s = &fx.schema;
     let script = format!(
         "psql -XtAc 'select v from {s}.granted' && \

@@ -4,9 +4,9 @@
 //! PostgreSQL and MariaDB user gone and every one of their sessions cut within
 //! [`BOUND`] of being ready — not after a two-minute claim timeout.
 
-use crate::db_mysql::MyFixture;
-use crate::db_postgres::{exchange_ok, PgFixture};
-use crate::helpers::{Db, ProcessBroker, TestApp};
+use crate::support::app::{Db, ProcessBroker, TestApp};
+use crate::support::mysql::MyFixture;
+use crate::support::postgres::PgFixture;
 use nix::sys::signal::Signal;
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -48,7 +48,7 @@ async fn mint(app: &TestApp, pg: &PgFixture, my: &MyFixture, token: &str) -> Min
         my_sessions: vec![],
     };
     for _ in 0..3 {
-        let v = exchange_ok(app, &pg_cap).await;
+        let v = app.exchange_ok(&pg_cap).await;
         m.pg_users.push(v["username"].as_str().unwrap().to_owned());
         let mut conn = PgConnection::connect(v["dsn"].as_str().unwrap())
             .await
@@ -57,7 +57,7 @@ async fn mint(app: &TestApp, pg: &PgFixture, my: &MyFixture, token: &str) -> Min
         m.pg_sessions.push(conn);
     }
     for _ in 0..2 {
-        let v = exchange_ok(app, &my_cap).await;
+        let v = app.exchange_ok(&my_cap).await;
         m.my_users.push(v["username"].as_str().unwrap().to_owned());
         let mut conn = MySqlConnection::connect(v["dsn"].as_str().unwrap())
             .await

@@ -11,9 +11,8 @@
 //! PUBLIC (an unsafe default, on purpose) hold [`OPEN`] exclusively, because
 //! strict mode checks the whole cluster and would refuse the others meanwhile.
 
-use crate::db_postgres::exchange_ok;
-use crate::helpers::{assert_error, Db, DbBackends, TestApp};
-use crate::pg_cluster::{cluster, Cluster};
+use crate::support::app::{assert_error, Db, DbBackends, TestApp};
+use crate::support::pg_cluster::{cluster, Cluster};
 use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::postgres::PgPool;
@@ -242,7 +241,7 @@ async fn exactly_the_grant_and_nothing_that_outlives_it(version: u32) {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let user = v["username"].as_str().unwrap().to_owned();
     let dsn = v["dsn"].as_str().unwrap().to_owned();
 
@@ -328,7 +327,7 @@ async fn exactly_the_grant_and_nothing_that_outlives_it(version: u32) {
     let ins = app
         .capability_ok(&token, "insert", &fx.resource("granted"))
         .await;
-    let vi = exchange_ok(&app, &ins).await;
+    let vi = app.exchange_ok(&ins).await;
     let mut writer = PgConnection::connect(vi["dsn"].as_str().unwrap())
         .await
         .unwrap();
@@ -421,7 +420,7 @@ async fn pg_strict_mode_refuses_until_the_server_is_fixed() {
         .execute(&fx.root)
         .await
         .unwrap();
-    exchange_ok(&app, &cap).await;
+    app.exchange_ok(&cap).await;
     drop(app);
     fx.drop_database(&open).await;
     fx.cleanup().await;
@@ -447,7 +446,7 @@ async fn pg_objects_in_other_databases_are_removed_and_a_poisoned_user_delays_no
     let mut dsns = vec![];
     let mut sessions = vec![];
     for _ in 0..5 {
-        let v = exchange_ok(&app, &cap).await;
+        let v = app.exchange_ok(&cap).await;
         users.push(v["username"].as_str().unwrap().to_owned());
         dsns.push(v["dsn"].as_str().unwrap().to_owned());
         sessions.push(

@@ -6,102 +6,13 @@
 //! them and the roles they caused at the end. MariaDB checks passwords here, so
 //! logins prove the handed-out password matches the hash the broker sent.
 
-use crate::helpers::{assert_error, mysql_url, Db, DbBackends, TestApp};
-use crate::proxy::Proxy;
+use crate::support::app::{assert_error, mysql_url, Db, DbBackends, TestApp};
+use crate::support::mysql::{MyFixture, DENIED};
+use crate::support::proxy::Proxy;
 use reqwest::StatusCode;
 use serde_json::Value;
-use sqlx::mysql::{MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::MySqlDatabaseError;
 use sqlx::{Connection, MySqlConnection, Row};
-
-/// ER_TABLEACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR.
-const DENIED: [u16; 2] = [1142, 1044];
-
-pub struct MyFixture {
-    pub admin: MySqlPool,
-    pub prefix: String,
-    _guard: Guard,
-}
-
-/// Tests that count every account ([`MyFixture::exclusive`]) run alone.
-static ACCOUNTS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
-
-/// Held, never read: it is the lock.
-#[allow(dead_code)]
-pub enum Guard {
-    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
-    Exclusive(tokio::sync::RwLockWriteGuard<'static, ()>),
-}
-
-impl MyFixture {
-    pub async fn new() -> MyFixture {
-        Self::with_guard(Guard::Shared(ACCOUNTS.read().await)).await
-    }
-
-    pub async fn exclusive() -> MyFixture {
-        Self::with_guard(Guard::Exclusive(ACCOUNTS.write().await)).await
-    }
-
-    async fn with_guard(guard: Guard) -> MyFixture {
-        let admin = MySqlPoolOptions::new()
-            .max_connections(2)
-            .connect(&mysql_url())
-            .await
-            .expect("MariaDB on 127.0.0.1:3306 (see .ci/run)");
-        let prefix = format!(
-            "tsr_t_{}",
-            tessera_broker::ids::hex(&tessera_broker::ids::random_bytes::<6>())
-        );
-        let p = &prefix;
-        for sql in [
-            format!("CREATE TABLE test.{p}_granted (id int, v text)"),
-            format!("INSERT INTO test.{p}_granted VALUES (1, 'a')"),
-            format!("CREATE TABLE test.{p}_other (id int)"),
-            format!("CREATE DATABASE {p}_b"),
-            format!("CREATE TABLE {p}_b.{p}_granted (id int)"),
-        ] {
-            sqlx::raw_sql(&sql).execute(&admin).await.unwrap();
-        }
-        MyFixture {
-            admin,
-            prefix,
-            _guard: guard,
-        }
-    }
-
-    pub fn resource(&self, table: &str) -> String {
-        format!("my-test:test.{}_{table}", self.prefix)
-    }
-
-    pub fn table(&self, table: &str) -> String {
-        format!("test.{}_{table}", self.prefix)
-    }
-
-    pub async fn user_exists(&self, name: &str) -> bool {
-        sqlx::query("SELECT 1 FROM mysql.user WHERE User = ?")
-            .bind(name)
-            .fetch_optional(&self.admin)
-            .await
-            .unwrap()
-            .is_some()
-    }
-
-    pub async fn account_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM mysql.user")
-            .fetch_one(&self.admin)
-            .await
-            .unwrap()
-    }
-
-    pub async fn cleanup(self) {
-        let p = &self.prefix;
-        for sql in [
-            format!("DROP TABLE test.{p}_granted, test.{p}_other"),
-            format!("DROP DATABASE {p}_b"),
-        ] {
-            sqlx::raw_sql(&sql).execute(&self.admin).await.unwrap();
-        }
-    }
-}
 
 fn denied(e: sqlx::Error) -> bool {
     e.as_database_error()
@@ -114,14 +25,6 @@ async fn select(conn: &mut MySqlConnection, table: &str) -> Result<i64, sqlx::Er
         .fetch_one(conn)
         .await
         .map(|r| r.get::<i64, _>("n"))
-}
-
-async fn exchange_ok(app: &TestApp, cap: &Value) -> Value {
-    let resp = app.exchange(cap["token"].as_str().unwrap()).await;
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{v}");
-    v
 }
 
 async fn end_run(app: &TestApp, key: &str, run_id: &str) {
@@ -139,7 +42,7 @@ async fn my_issued_user_gets_exactly_one_grant_and_run_end_removes_it() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     assert_eq!(v["kind"], "mysql");
     let user = v["username"].as_str().unwrap().to_owned();
     let password = v["password"].as_str().unwrap();
@@ -211,7 +114,7 @@ async fn my_capability_revoke_and_expiry_remove_users() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let revoked = v["username"].as_str().unwrap().to_owned();
     let mut open = MySqlConnection::connect(v["dsn"].as_str().unwrap())
         .await
@@ -236,7 +139,7 @@ async fn my_capability_revoke_and_expiry_remove_users() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let expiring = v["username"].as_str().unwrap().to_owned();
     let dsn = v["dsn"].as_str().unwrap().to_owned();
     let mut open = MySqlConnection::connect(&dsn).await.unwrap();
@@ -347,7 +250,7 @@ async fn my_downstream_down_is_503_and_revocation_survives_restart() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let user = v["username"].as_str().unwrap().to_owned();
 
     proxy.cut().await;
@@ -412,7 +315,7 @@ async fn my_least_privileged_broker_account_suffices() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let user = v["username"].as_str().unwrap().to_owned();
     let mut open = MySqlConnection::connect(v["dsn"].as_str().unwrap())
         .await
@@ -484,7 +387,7 @@ async fn my_database_grant_does_not_match_similar_names() {
     let cap = app
         .capability_ok(&token, "select", &format!("my-test:{granted}.*"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let dsn = v["dsn"].as_str().unwrap().to_owned();
     let mut conn = MySqlConnection::connect(&dsn).await.unwrap();
     assert_eq!(
@@ -530,7 +433,7 @@ async fn my_accounts_use_the_configured_host_and_are_removed_under_it() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let user = v["username"].as_str().unwrap().to_owned();
     let hosts: Vec<String> =
         sqlx::query_scalar("SELECT CAST(Host AS CHAR) FROM mysql.user WHERE User = ?")
@@ -632,7 +535,7 @@ async fn my_unsafe_defaults_are_found_refused_in_strict_mode_and_fixed() {
     let found = backend.unsafe_defaults().await.unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!((found[0].id, found[0].strict), ("xa_prepared", false));
-    exchange_ok(&app, &cap).await;
+    app.exchange_ok(&cap).await;
     sqlx::raw_sql(&found[0].fix)
         .execute(&fx.admin)
         .await

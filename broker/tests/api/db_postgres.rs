@@ -9,159 +9,19 @@
 //! (`pg_issued_user_gets_exactly_one_grant` recomputes it).
 
 use crate::both_stores;
-use crate::helpers::{assert_error, pg_url, Db, DbBackends, TestApp};
-use crate::proxy::Proxy;
+use crate::support::app::{assert_error, pg_url, Db, DbBackends, TestApp};
+use crate::support::postgres::{PgFixture, SQLSTATE_PERMISSION_DENIED};
+use crate::support::proxy::Proxy;
 use base64::Engine;
 use reqwest::StatusCode;
 use serde_json::Value;
-use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection, Row};
-use tessera_broker::backends::database::{
-    group_name, parse_path, schema_group_name, Dialect, Privilege,
-};
 use tessera_broker::backends::postgres::scram;
 
 both_stores!(
     pg_run_end_removes_user_and_cuts_sessions,
     pg_revocation_survives_restart
 );
-
-/// A schema pair of this test's own, and a superuser pool to inspect with.
-pub struct PgFixture {
-    pub admin: PgPool,
-    pub schema: String,
-    _guard: Guard,
-}
-
-/// Tests that count every role on the server ([`PgFixture::exclusive`]) run
-/// alone; the others share. Without it, a parallel test creating roles would
-/// make "nothing was created" flaky.
-static ROLES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
-
-/// Held, never read: it is the lock.
-#[allow(dead_code)]
-pub enum Guard {
-    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
-    Exclusive(tokio::sync::RwLockWriteGuard<'static, ()>),
-}
-
-const SQLSTATE_PERMISSION_DENIED: &str = "42501";
-
-impl PgFixture {
-    pub async fn new() -> PgFixture {
-        Self::with_guard(Guard::Shared(ROLES.read().await)).await
-    }
-
-    /// A fixture whose test may count every role: no other runs meanwhile.
-    pub async fn exclusive() -> PgFixture {
-        Self::with_guard(Guard::Exclusive(ROLES.write().await)).await
-    }
-
-    async fn with_guard(guard: Guard) -> PgFixture {
-        let admin = PgPoolOptions::new()
-            .max_connections(2)
-            .connect(&pg_url())
-            .await
-            .expect("PostgreSQL on 127.0.0.1:5432 (see .ci/run)");
-        let schema = format!(
-            "tsr_t_{}",
-            tessera_broker::ids::hex(&tessera_broker::ids::random_bytes::<6>())
-        );
-        let s = &schema;
-        sqlx::raw_sql(&format!(
-            "CREATE SCHEMA {s}; CREATE SCHEMA {s}_b;
-             CREATE TABLE {s}.granted (id int, v text); INSERT INTO {s}.granted VALUES (1, 'a');
-             CREATE TABLE {s}.other (id int); INSERT INTO {s}.other VALUES (2);
-             CREATE TABLE {s}_b.granted (id int); INSERT INTO {s}_b.granted VALUES (3);"
-        ))
-        .execute(&admin)
-        .await
-        .unwrap();
-        PgFixture {
-            admin,
-            schema,
-            _guard: guard,
-        }
-    }
-
-    pub fn resource(&self, table: &str) -> String {
-        format!("pg-test:postgres.{}.{table}", self.schema)
-    }
-
-    pub async fn role_exists(&self, name: &str) -> bool {
-        sqlx::query("SELECT 1 FROM pg_roles WHERE rolname = $1")
-            .bind(name)
-            .fetch_optional(&self.admin)
-            .await
-            .unwrap()
-            .is_some()
-    }
-
-    pub async fn login_role_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM pg_roles WHERE rolcanlogin")
-            .fetch_one(&self.admin)
-            .await
-            .unwrap()
-    }
-
-    pub async fn role_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM pg_roles")
-            .fetch_one(&self.admin)
-            .await
-            .unwrap()
-    }
-
-    /// Drops the schemas and every group role this fixture's tables caused (the
-    /// database's group, `tsr_d_…`, is shared by every test and stays).
-    pub async fn cleanup(self) {
-        let s = &self.schema;
-        let mut groups = vec![];
-        for schema in [s.clone(), format!("{s}_b")] {
-            groups.push(schema_group_name("postgres", &schema));
-            for table in ["granted", "other", "no_such_table", "*"] {
-                let path = parse_path(
-                    Dialect::Postgres,
-                    &format!("postgres.{schema}.{table}"),
-                    true,
-                )
-                .unwrap();
-                for p in [
-                    Privilege::Select,
-                    Privilege::Insert,
-                    Privilege::Update,
-                    Privilege::Delete,
-                ] {
-                    groups.push(group_name(Dialect::Postgres, &path, p));
-                }
-            }
-        }
-        sqlx::raw_sql(&format!(
-            "DROP SCHEMA {s} CASCADE; DROP SCHEMA {s}_b CASCADE;"
-        ))
-        .execute(&self.admin)
-        .await
-        .unwrap();
-        let existing: Vec<String> =
-            sqlx::query_scalar("SELECT rolname::text FROM pg_roles WHERE rolname = ANY($1)")
-                .bind(&groups)
-                .fetch_all(&self.admin)
-                .await
-                .unwrap();
-        for g in existing {
-            let drop = format!("DROP OWNED BY \"{g}\"; DROP ROLE \"{g}\";");
-            // Another test may be granting on the same catalog row right now.
-            for attempt in 0.. {
-                match sqlx::raw_sql(&drop).execute(&self.admin).await {
-                    Ok(_) => break,
-                    Err(e) if attempt < 5 && e.to_string().contains("concurrently") => {
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await
-                    }
-                    Err(e) => panic!("{e}"),
-                }
-            }
-        }
-    }
-}
 
 /// A broker account with only what docs/backends/databases.md lists
 /// (CREATEROLE, pg_signal_backend, grantable CONNECT, USAGE and SELECT on the
@@ -202,14 +62,6 @@ async fn drop_account(fx: PgFixture, account: &str) {
 }
 
 /// Exchanges a capability; asserts success and returns the response.
-pub async fn exchange_ok(app: &TestApp, cap: &Value) -> Value {
-    let resp = app.exchange(cap["token"].as_str().unwrap()).await;
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{v}");
-    v
-}
-
 fn denied(e: sqlx::Error) -> bool {
     matches!(&e, sqlx::Error::Database(d) if d.code().as_deref() == Some(SQLSTATE_PERMISSION_DENIED))
 }
@@ -230,7 +82,7 @@ async fn pg_issued_user_gets_exactly_one_grant() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     assert_eq!(v["kind"], "postgres");
     let f = &v;
     let user = f["username"].as_str().unwrap();
@@ -308,7 +160,7 @@ async fn pg_issued_user_gets_exactly_one_grant() {
 
     // A second exchange for the same resource is a second user with a grant
     // of its own: one ACL entry per live user.
-    let v2 = exchange_ok(&app, &cap).await;
+    let v2 = app.exchange_ok(&cap).await;
     assert_ne!(v2["username"], f["username"]);
     let acl: Vec<String> =
         sqlx::query_scalar("SELECT unnest(relacl)::text FROM pg_class WHERE oid = $1::regclass")
@@ -327,7 +179,7 @@ async fn pg_issued_user_gets_exactly_one_grant() {
     let ins = app
         .capability_ok(&token, "insert", &fx.resource("granted"))
         .await;
-    let v3 = exchange_ok(&app, &ins).await;
+    let v3 = app.exchange_ok(&ins).await;
     let mut conn = PgConnection::connect(v3["dsn"].as_str().unwrap())
         .await
         .unwrap();
@@ -366,7 +218,7 @@ async fn pg_run_end_removes_user_and_cuts_sessions(_plain: TestApp) {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let user = v["username"].as_str().unwrap().to_owned();
     let dsn = v["dsn"].as_str().unwrap().to_owned();
     let mut open = PgConnection::connect(&dsn).await.unwrap();
@@ -425,7 +277,7 @@ async fn pg_capability_revoke_and_expiry_remove_users() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let revoked_user = v["username"].as_str().unwrap().to_owned();
     let mut open = PgConnection::connect(v["dsn"].as_str().unwrap())
         .await
@@ -452,7 +304,7 @@ async fn pg_capability_revoke_and_expiry_remove_users() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let expiring = v["username"].as_str().unwrap().to_owned();
     let dsn = v["dsn"].as_str().unwrap().to_owned();
     let mut open = PgConnection::connect(&dsn).await.unwrap();
@@ -606,7 +458,7 @@ async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let first = exchange_ok(&app, &cap).await;
+    let first = app.exchange_ok(&cap).await;
     let user = first["username"].as_str().unwrap().to_owned();
 
     proxy.cut().await;
@@ -705,7 +557,7 @@ async fn pg_revocation_survives_restart(plain: TestApp) {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let user = v["username"].as_str().unwrap().to_owned();
     app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
         .await;
@@ -790,14 +642,14 @@ async fn pg_all_tables_only_by_an_explicit_permit() {
     )
     .await;
     let cap = app.capability_ok(&erin, "select", &all).await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let s = &fx.schema;
     // A table created after the group was first set up is covered by the next exchange.
     sqlx::raw_sql(&format!("CREATE TABLE {s}.later (id int)"))
         .execute(&fx.admin)
         .await
         .unwrap();
-    let later = exchange_ok(&app, &cap).await;
+    let later = app.exchange_ok(&cap).await;
     for (dsn, tables) in [
         (v["dsn"].as_str().unwrap(), vec!["granted", "other"]),
         (
@@ -846,7 +698,7 @@ async fn pg_least_privileged_broker_account_suffices() {
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
         .await;
-    let v = exchange_ok(&app, &cap).await;
+    let v = app.exchange_ok(&cap).await;
     let user = v["username"].as_str().unwrap().to_owned();
     let mut open = PgConnection::connect(v["dsn"].as_str().unwrap())
         .await
@@ -893,7 +745,7 @@ async fn pg_insert_covers_the_tables_own_sequences() {
         let cap = app
             .capability_ok(&token, "insert", &fx.resource(table))
             .await;
-        let v = exchange_ok(&app, &cap).await;
+        let v = app.exchange_ok(&cap).await;
         let mut conn = PgConnection::connect(v["dsn"].as_str().unwrap())
             .await
             .unwrap();
@@ -944,7 +796,7 @@ async fn pg_users_that_own_objects_are_removed_with_their_batch() {
     let mut users = vec![];
     let mut sessions = vec![];
     for _ in 0..5 {
-        let v = exchange_ok(&app, &cap).await;
+        let v = app.exchange_ok(&cap).await;
         users.push(v["username"].as_str().unwrap().to_owned());
         sessions.push(
             PgConnection::connect(v["dsn"].as_str().unwrap())

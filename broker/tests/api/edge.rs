@@ -2,7 +2,7 @@
 //! descriptor limit matters: half-sent requests beyond the open-file limit,
 //! idle keep-alive, a huge declared body, a foreign `Host`, h2c.
 
-use crate::helpers::{Db, Extra, ProcessBroker, TestApp};
+use crate::support::app::{Db, Extra, ProcessBroker, TestApp};
 use reqwest::StatusCode;
 use rustls::pki_types::pem::PemObject;
 use std::net::SocketAddr;
@@ -155,8 +155,8 @@ async fn half_open_connections_beyond_the_descriptor_limit_do_not_starve_clients
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_open_connections_on_the_tls_listener_do_not_starve_clients() {
     tessera_broker::server::install_crypto_provider();
-    let pki = crate::tls::pki();
-    let dir = crate::helpers::TempDir::new();
+    let pki = crate::support::pki::pki();
+    let dir = crate::support::app::TempDir::new();
     let write = |name: &str, text: &str| {
         let p = dir.0.join(name);
         std::fs::write(&p, text).unwrap();

@@ -1,8 +1,8 @@
 //! Exchange: token backend, uses under concurrency, expiry, run end.
 
 use crate::both_stores;
-use crate::capabilities::{claims_of, header_of};
-use crate::helpers::{assert_error, TestApp};
+use crate::support::app::{assert_error, TestApp};
+use crate::support::tokens::{claims_of, header_of};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;

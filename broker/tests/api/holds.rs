@@ -4,8 +4,8 @@
 //! Slots: a capability issued in a slot supersedes the run's earlier ones in
 //! it. What `tessera credential-process` and the AWS provider rely on.
 
-use crate::db_postgres::{exchange_ok, PgFixture};
-use crate::helpers::{assert_error, Db, TestApp};
+use crate::support::app::{assert_error, Db, TestApp};
+use crate::support::postgres::PgFixture;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -80,11 +80,11 @@ async fn a_lapsed_hold_revokes_the_capability_and_removes_its_user(db: Db) {
     let dropped = held(&app, &token, &resource, "3s").await;
     let unexchanged = held(&app, &token, &resource, "3s").await;
     assert!(kept["lapses_at"].is_string(), "{kept}");
-    let kept_user = exchange_ok(&app, &kept).await["username"]
+    let kept_user = app.exchange_ok(&kept).await["username"]
         .as_str()
         .unwrap()
         .to_owned();
-    let dropped_user = exchange_ok(&app, &dropped).await["username"]
+    let dropped_user = app.exchange_ok(&dropped).await["username"]
         .as_str()
         .unwrap()
         .to_owned();

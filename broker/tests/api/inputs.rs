@@ -1,7 +1,7 @@
 //! Bad input gets a clear 4xx with a stable code and leaves nothing behind.
 
 use crate::both_stores;
-use crate::helpers::{assert_error, TestApp};
+use crate::support::app::{assert_error, TestApp};
 use reqwest::StatusCode;
 use serde_json::json;
 

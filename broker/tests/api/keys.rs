@@ -1,8 +1,8 @@
 //! Key rotation: new tokens use the new key; old tokens verify until they expire.
 
 use crate::both_stores;
-use crate::capabilities::header_of;
-use crate::helpers::TestApp;
+use crate::support::app::TestApp;
+use crate::support::tokens::header_of;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;

@@ -2,9 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod helpers;
-mod moto;
-mod pg_cluster;
+mod support;
 
 mod admin;
 mod audit;
@@ -26,7 +24,6 @@ mod inputs;
 mod keys;
 mod policy_reload;
 mod policy_soundness;
-mod proxy;
 mod replicas;
 mod runs;
 mod store;

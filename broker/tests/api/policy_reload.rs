@@ -3,7 +3,7 @@
 //! up edits, and requests racing a reload see one set or the other, never a mix.
 
 use crate::both_stores;
-use crate::helpers::{assert_error, TestApp, TEST_POLICY};
+use crate::support::app::{assert_error, TestApp, TEST_POLICY};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! and the exchange after a tightening policy change succeeded.
 
 use crate::both_stores;
-use crate::helpers::{
+use crate::support::app::{
     assert_error, mysql_url, pg_url, Db, Extra, TestApp, DB_CONFIG, DB_POLICY, TEST_POLICY,
 };
 use reqwest::StatusCode;
@@ -377,7 +377,7 @@ async fn explain_and_the_broker_agree(app: TestApp) {
 /// The policy set of the broker plus `extra`, as an engine (in-process swap:
 /// nothing revokes ahead of the exchange).
 fn tightened(extra: &str) -> tessera_broker::policy::PolicyEngine {
-    crate::helpers::test_policy_with(extra)
+    crate::support::app::test_policy_with(extra)
 }
 
 async fn a_tightened_policy_refuses_the_exchange_and_revokes(app: TestApp) {
@@ -441,7 +441,7 @@ async fn a_tightened_policy_refuses_the_exchange_and_revokes(app: TestApp) {
     let engine = tessera_broker::policy::PolicyEngine::from_sources(
         &schema,
         &[("test.cedar".to_owned(), shorter)],
-        crate::helpers::TEST_ENTITIES,
+        crate::support::app::TEST_ENTITIES,
     )
     .unwrap();
     app.state.replace_policy(engine);
@@ -601,13 +601,13 @@ when { resource.kind == "aws-sts" && resource.path == "arn:aws:s3:::tessera-repo
     let app = TestApp::spawn_extra(
         db,
         Extra {
-            config: crate::aws::backend(
+            config: crate::support::aws::backend(
                 "aws-main",
-                crate::moto::ROLE,
-                &format!("external_id = \"{}\"", crate::moto::EXTERNAL_ID),
+                crate::support::moto::ROLE,
+                &format!("external_id = \"{}\"", crate::support::moto::EXTERNAL_ID),
             ),
-            policy: format!("{}{forbid}", crate::aws::POLICY),
-            env: crate::aws::broker_env(),
+            policy: format!("{}{forbid}", crate::support::aws::POLICY),
+            env: crate::support::aws::broker_env(),
         },
     )
     .await;
@@ -637,7 +637,7 @@ when { resource.kind == "aws-sts" && resource.path == "arn:aws:s3:::tessera-repo
     let cap = app
         .capability_ok(&token, "s3:GetObject", &arn("2026/q?.csv"))
         .await;
-    let v = crate::aws::exchange_ok(&app, cap["token"].as_str().unwrap()).await;
+    let v = app.exchange_ok(cap["token"].as_str().unwrap()).await;
     assert!(
         v["access_key_id"].as_str().is_some_and(|k| !k.is_empty()),
         "{v}"

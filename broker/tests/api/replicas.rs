@@ -1,8 +1,8 @@
 //! Two brokers on one PostgreSQL: the coordination DESIGN §6 relies on — uses,
 //! rate limits, run end, key rotation and the audit chain — holds across replicas.
 
-use crate::helpers::{assert_error, Db, TestApp};
-use crate::store::verify_audit_chain;
+use crate::support::app::{assert_error, Db, TestApp};
+use crate::support::audit_chain::verify_audit_chain;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -107,7 +107,7 @@ async fn replicas_share_one_postgres() {
         .capability_ok(&alice, "read", "svc-reports:reports/q1")
         .await;
     assert_eq!(
-        crate::capabilities::header_of(fresh["token"].as_str().unwrap())["kid"],
+        crate::support::tokens::header_of(fresh["token"].as_str().unwrap())["kid"],
         rotated["kid"]
     );
     assert_eq!(

@@ -1,7 +1,7 @@
 //! Runs: start, scope, ownership, end, expiry.
 
 use crate::both_stores;
-use crate::helpers::{assert_error, TestApp};
+use crate::support::app::{assert_error, TestApp};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
@@ -176,7 +176,7 @@ async fn expired_run_is_treated_as_ended(app: TestApp) {
         .await;
     // The policy allows 10m, but no capability outlives its run (5m): it expires
     // exactly with the run (a second may have passed since the run started).
-    let c = crate::capabilities::claims_of(cap["token"].as_str().unwrap());
+    let c = crate::support::tokens::claims_of(cap["token"].as_str().unwrap());
     assert_eq!(c["exp"].as_i64().unwrap(), run_expires);
     assert!((299..=300).contains(&(c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap())));
     app.state.clock.advance(Duration::from_secs(5 * 60 + 1));

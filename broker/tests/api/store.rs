@@ -1,12 +1,12 @@
 //! The store: fail closed, readiness, audit chain, no secret at rest, metrics, OpenAPI.
 
 use crate::both_stores;
-use crate::helpers::{assert_error, Db, TestApp};
+use crate::support::app::{assert_error, Db, TestApp};
+use crate::support::audit_chain::verify_audit_chain;
 use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::Row;
 use std::sync::Arc;
-use tessera_broker::audit::{chain_mac, AuditEvent, GENESIS_HASH};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
@@ -37,65 +37,6 @@ async fn audit_chain_links_every_decision(app: TestApp) {
     ] {
         assert!(events.iter().any(|x| x == e), "{e} missing from {events:?}");
     }
-}
-
-/// An audit row read back as the event it was written from (what its link covers).
-pub fn audit_event_of(r: &sqlx::any::AnyRow) -> AuditEvent {
-    AuditEvent {
-        event: Box::leak(r.try_get::<String, _>("event").unwrap().into_boxed_str()),
-        actor: r.try_get("actor").unwrap(),
-        decision: Box::leak(r.try_get::<String, _>("decision").unwrap().into_boxed_str()),
-        reason: r.try_get("reason").unwrap(),
-        run_id: r.try_get("run_id").unwrap(),
-        capability_id: r.try_get("capability_id").unwrap(),
-        user: r.try_get("user_name").unwrap(),
-        action: r.try_get("action").unwrap(),
-        resource: r.try_get("resource").unwrap(),
-        request_id: r.try_get("request_id").unwrap(),
-        detail: r.try_get("detail").unwrap(),
-        task_id: r.try_get("task_id").unwrap(),
-    }
-}
-
-/// Recomputes every hash of the audit chain; returns the events in order.
-pub async fn verify_audit_chain(app: &TestApp) -> Vec<String> {
-    let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
-        .fetch_all(app.state.store.pool())
-        .await
-        .unwrap();
-    let events: Vec<String> = rows
-        .iter()
-        .map(|r| r.try_get::<String, _>("event").unwrap())
-        .collect();
-    let key = app
-        .state
-        .store
-        .writer()
-        .audit_key()
-        .expect("audit key")
-        .clone();
-    let mut prev = GENESIS_HASH.to_owned();
-    for (i, r) in rows.iter().enumerate() {
-        assert_eq!(
-            r.try_get::<Option<String>, _>("key_id").unwrap().as_deref(),
-            Some(key.id.as_str()),
-            "every new row is keyed"
-        );
-        let seq: i64 = r.try_get("seq").unwrap();
-        assert_eq!(seq, i as i64 + 1);
-        assert_eq!(r.try_get::<String, _>("prev_hash").unwrap(), prev);
-        let ev = audit_event_of(r);
-        let h = chain_mac(&key, &prev, seq, r.try_get("at_ms").unwrap(), &ev);
-        assert_eq!(r.try_get::<String, _>("hash").unwrap(), h, "row {seq}");
-        prev = h;
-    }
-    let head = sqlx::query("SELECT seq, hash FROM audit_head")
-        .fetch_one(app.state.store.pool())
-        .await
-        .unwrap();
-    assert_eq!(head.try_get::<i64, _>("seq").unwrap(), rows.len() as i64);
-    assert_eq!(head.try_get::<String, _>("hash").unwrap(), prev);
-    events
 }
 
 async fn no_secret_is_stored_or_audited(app: TestApp) {
@@ -234,8 +175,8 @@ impl Proxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_unreachable_fails_closed() {
     let proxy = Proxy::start().await;
-    let server =
-        crate::helpers::pg_url().replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
+    let server = crate::support::app::pg_url()
+        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
     let app = TestApp::spawn_with(Db::Postgres, Some(server)).await;
     let (key, _run, token) = app.run_for("alice").await;
     let cap = app
@@ -272,7 +213,7 @@ async fn postgres_unreachable_fails_closed() {
     // Nothing was issued while the store was away: read it directly.
     let direct = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .connect(&crate::helpers::pg_url())
+        .connect(&crate::support::app::pg_url())
         .await
         .unwrap();
     let url_schema = app.state.config.store.clone();

@@ -1,7 +1,7 @@
 //! TLS termination and mTLS for runtimes, with certificates made on the fly.
 
-use crate::helpers::{assert_error, test_policy, TempDir};
-use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use crate::support::app::{assert_error, test_policy, TempDir};
+use crate::support::pki::{pki, Pki};
 use reqwest::StatusCode;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -13,56 +13,6 @@ use tessera_broker::clock::Clock;
 use tessera_broker::config::{Config, Overrides};
 use tessera_broker::ids::{new_secret, secret_hash, ADMIN_TOKEN_PREFIX};
 use tessera_broker::keys::Kek;
-
-pub(crate) struct Pki {
-    pub(crate) ca_pem: String,
-    pub(crate) server: (String, String),
-    client: (String, String),
-    other_client: (String, String),
-    rogue: (String, String),
-}
-
-pub(crate) fn pki() -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf = |names: Vec<String>,
-                usage: ExtendedKeyUsagePurpose,
-                signer: Option<(&rcgen::Certificate, &KeyPair)>| {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.extended_key_usages = vec![usage];
-        let cert = match signer {
-            Some((c, k)) => params.signed_by(&key, c, k).unwrap(),
-            None => params.self_signed(&key).unwrap(),
-        };
-        (cert.pem(), key.serialize_pem())
-    };
-    Pki {
-        ca_pem: ca.pem(),
-        server: leaf(
-            vec!["tessera.test".into()],
-            ExtendedKeyUsagePurpose::ServerAuth,
-            Some((&ca, &ca_key)),
-        ),
-        client: leaf(
-            vec!["runtime-1".into()],
-            ExtendedKeyUsagePurpose::ClientAuth,
-            Some((&ca, &ca_key)),
-        ),
-        other_client: leaf(
-            vec!["runtime-2".into()],
-            ExtendedKeyUsagePurpose::ClientAuth,
-            Some((&ca, &ca_key)),
-        ),
-        rogue: leaf(
-            vec!["runtime-1".into()],
-            ExtendedKeyUsagePurpose::ClientAuth,
-            None,
-        ),
-    }
-}
 
 fn client(pki: &Pki, addr: SocketAddr, identity: Option<&(String, String)>) -> reqwest::Client {
     let mut roots = rustls::RootCertStore::empty();
@@ -107,7 +57,7 @@ async fn tls_with_mtls_for_runtimes() {
         write("server.pem", &pki.server.0),
         write("server.key", &pki.server.1),
         write("ca.pem", &pki.ca_pem),
-        crate::helpers::TEST_CONFIG
+        crate::support::app::TEST_CONFIG
     );
     let store = format!("sqlite://{}", dir.0.join("t.db").display());
     let env = move |k: &str| (k == "TESSERA_STORE_URL").then(|| store.clone());

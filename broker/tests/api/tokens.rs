@@ -1,8 +1,8 @@
 //! Forged, re-signed and misdirected tokens are rejected everywhere.
 
 use crate::both_stores;
-use crate::capabilities::{claims_of, header_of};
-use crate::helpers::{assert_error, TestApp};
+use crate::support::app::{assert_error, TestApp};
+use crate::support::tokens::{claims_of, header_of};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use reqwest::StatusCode;

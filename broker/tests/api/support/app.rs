@@ -489,6 +489,15 @@ impl TestApp {
         v
     }
 
+    /// Exchanges a capability that must be exchanged; returns the response body.
+    pub async fn exchange_ok<T: CapabilityToken + ?Sized>(&self, cap: &T) -> Value {
+        let resp = self.exchange(cap.token()).await;
+        let status = resp.status();
+        let v: Value = resp.json().await.expect("json");
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    }
+
     pub async fn exchange(&self, capability: &str) -> Response {
         self.post("/v1/exchange", None, json!({ "capability": capability }))
             .await
@@ -549,11 +558,11 @@ macro_rules! both_stores {
             mod $name {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
-                    super::$name($crate::helpers::TestApp::spawn($crate::helpers::Db::Sqlite).await).await
+                    super::$name($crate::support::app::TestApp::spawn($crate::support::app::Db::Sqlite).await).await
                 }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
-                    super::$name($crate::helpers::TestApp::spawn($crate::helpers::Db::Postgres).await).await
+                    super::$name($crate::support::app::TestApp::spawn($crate::support::app::Db::Postgres).await).await
                 }
             }
         )*
@@ -703,4 +712,29 @@ impl TestApp {
         }
         panic!("tessera did not become ready:\n{}", broker.log_text());
     }
+}
+
+/// A capability as a test holds it: the token itself, or the issuance answer.
+pub trait CapabilityToken {
+    fn token(&self) -> &str;
+}
+
+impl CapabilityToken for str {
+    fn token(&self) -> &str {
+        self
+    }
+}
+
+impl CapabilityToken for Value {
+    fn token(&self) -> &str {
+        self["token"]
+            .as_str()
+            .expect("a capability response has a token")
+    }
+}
+
+/// Mode 0600: clients refuse a token file that group or others may read.
+pub fn private(f: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).expect("chmod");
 }
