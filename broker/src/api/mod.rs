@@ -42,68 +42,49 @@ use axum::Router;
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// Every route, as (method, path) — the OpenAPI test checks each is documented.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("post", "/v1/runs"),
-    ("get", "/v1/runs/{id}"),
-    ("post", "/v1/runs/{id}/end"),
-    ("post", "/v1/capabilities"),
-    ("post", "/v1/capabilities/renew"),
-    ("post", "/v1/capabilities/{id}/revoke"),
-    ("post", "/v1/exchange"),
-    ("post", "/v1/introspect"),
-    ("get", "/.well-known/jwks.json"),
-    ("post", "/v1/admin/runtimes"),
-    ("get", "/v1/admin/runtimes"),
-    ("post", "/v1/admin/runtimes/{name}/disable"),
-    ("get", "/v1/admin/runs"),
-    ("get", "/v1/admin/leases"),
-    ("post", "/v1/admin/policy/reload"),
-    ("get", "/v1/admin/audit"),
-    ("post", "/v1/admin/keys/rotate"),
-    ("get", "/v1/admin/keys"),
-    ("get", "/v1/admin/audit/verify"),
-    ("post", "/v1/admin/audit/checkpoints/check"),
-    ("get", "/healthz"),
-    ("get", "/readyz"),
-    ("get", "/metrics"),
-    ("get", "/v1/openapi.json"),
-];
+/// The one table of routes: the router and [`ROUTES`] (which the OpenAPI test
+/// checks are all documented) are both built from it, so neither can name a
+/// route the other lacks. A path listed with two methods gets both.
+macro_rules! routes {
+    ($($method:ident $path:literal => $handler:path,)*) => {
+        /// Every route, as (method, path).
+        pub const ROUTES: &[(&str, &str)] = &[$((stringify!($method), $path),)*];
+
+        fn with_routes(router: Router<AppState>) -> Router<AppState> {
+            router$(.route($path, $method($handler)))*
+        }
+    };
+}
+
+routes! {
+    post "/v1/runs" => runs::create,
+    get "/v1/runs/{id}" => runs::show,
+    post "/v1/runs/{id}/end" => runs::end,
+    post "/v1/capabilities" => capabilities::request,
+    post "/v1/capabilities/renew" => capabilities::renew,
+    post "/v1/capabilities/{id}/revoke" => capabilities::revoke,
+    post "/v1/exchange" => exchange::exchange,
+    post "/v1/introspect" => introspect::introspect,
+    get "/.well-known/jwks.json" => discovery::jwks,
+    post "/v1/admin/runtimes" => admin::create_runtime,
+    get "/v1/admin/runtimes" => admin::list_runtimes,
+    post "/v1/admin/runtimes/{name}/disable" => admin::disable_runtime,
+    get "/v1/admin/runs" => runs::list,
+    get "/v1/admin/leases" => revocations::pending,
+    post "/v1/admin/policy/reload" => policy::reload,
+    get "/v1/admin/audit" => audit::list,
+    post "/v1/admin/keys/rotate" => admin::rotate_key,
+    get "/v1/admin/keys" => admin::list_keys,
+    get "/v1/admin/audit/verify" => audit::verify,
+    post "/v1/admin/audit/checkpoints/check" => audit::check_checkpoints,
+    get "/healthz" => health::healthz,
+    get "/readyz" => health::readyz,
+    get "/metrics" => health::metrics,
+    get "/v1/openapi.json" => discovery::openapi,
+}
 
 pub fn router(app: AppState) -> Router {
-    Router::new()
-        .route("/v1/runs", post(runs::create))
-        .route("/v1/runs/{id}", get(runs::show))
-        .route("/v1/runs/{id}/end", post(runs::end))
-        .route("/v1/capabilities", post(capabilities::request))
-        .route("/v1/capabilities/renew", post(capabilities::renew))
-        .route("/v1/capabilities/{id}/revoke", post(capabilities::revoke))
-        .route("/v1/exchange", post(exchange::exchange))
-        .route("/v1/introspect", post(introspect::introspect))
-        .route("/.well-known/jwks.json", get(discovery::jwks))
-        .route(
-            "/v1/admin/runtimes",
-            post(admin::create_runtime).get(admin::list_runtimes),
-        )
-        .route("/v1/admin/keys/rotate", post(admin::rotate_key))
-        .route("/v1/admin/keys", get(admin::list_keys))
-        .route(
-            "/v1/admin/runtimes/{name}/disable",
-            post(admin::disable_runtime),
-        )
-        .route("/v1/admin/runs", get(runs::list))
-        .route("/v1/admin/leases", get(revocations::pending))
-        .route("/v1/admin/policy/reload", post(policy::reload))
-        .route("/v1/admin/audit", get(audit::list))
-        .route("/v1/admin/audit/verify", get(audit::verify))
-        .route(
-            "/v1/admin/audit/checkpoints/check",
-            post(audit::check_checkpoints),
-        )
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
-        .route("/v1/openapi.json", get(discovery::openapi))
+    with_routes(Router::new())
         .fallback(middleware::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
