@@ -1776,3 +1776,62 @@ async fn exec_as_root_runs_the_command_as_another_user() {
         assert_eq!(out.status.code(), Some(125), "--user {user}");
     }
 }
+
+/// The admin commands hold the admin token, worth more than any run token:
+/// they too ignore proxy variables, follow no redirect and refuse `http://`
+/// to a host off this machine before any connection (the test saw the proxy
+/// get `runtimes list` with the admin token, and the redirect followed, first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_commands_send_the_admin_token_to_the_broker_only() {
+    let broker = start_dev_broker().await;
+    let admin = |addr: &str, env: &[(&str, String)]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["runtimes", "list", "--json"])
+            .env("TESSERA_ADDR", addr)
+            .env("TESSERA_ADMIN_TOKEN_FILE", broker.dir.join("admin.token"))
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let (proxy, proxied) =
+        counting_listener("HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n".into()).await;
+    let proxy_url = format!("http://127.0.0.1:{proxy}");
+    let vars: Vec<(&str, String)> = ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"]
+        .into_iter()
+        .map(|v| (v, proxy_url.clone()))
+        .collect();
+    let out = admin(&broker.addr, &vars);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        proxied.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the proxy saw the admin token"
+    );
+
+    let (target, targeted) =
+        counting_listener("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".into()).await;
+    let (redirector, _) = counting_listener(format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{target}/v1/admin/runtimes\r\ncontent-length: 0\r\n\r\n"
+    ))
+    .await;
+    let out = admin(&format!("http://127.0.0.1:{redirector}"), &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("redirect"));
+    assert_eq!(
+        targeted.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+
+    let out = admin("http://192.0.2.10:8700", &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in clear"), "{err}");
+}

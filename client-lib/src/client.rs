@@ -295,7 +295,11 @@ impl ClientBuilder {
 /// `insecure_http`), and never with a CA configured — that CA would verify
 /// nothing, so the setting is a mistake worth saying. Decided from the address
 /// alone, before any connection.
-fn check_transport(base: &str, has_ca: bool, insecure_http: bool) -> Result<(), Error> {
+/// Whether a bearer secret may be sent to `base` (with a CA given or not):
+/// `http://` only to loopback unless `insecure_http`, and never `http://`
+/// with a CA. Decided from the address alone, before any connection; shared
+/// with every `tessera` command that holds a token (the admin commands too).
+pub fn check_transport(base: &str, has_ca: bool, insecure_http: bool) -> Result<(), Error> {
     let url = reqwest::Url::parse(base)
         .map_err(|e| Error::Config(format!("broker address {base:?}: {e}")))?;
     if url.scheme() != "http" {

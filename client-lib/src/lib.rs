@@ -54,7 +54,7 @@ pub mod refresh;
 pub mod aws;
 
 #[cfg(feature = "client")]
-pub use client::{Ask, Client, ClientBuilder, RetryPolicy, RUN_TOKEN_PREFIX};
+pub use client::{check_transport, Ask, Client, ClientBuilder, RetryPolicy, RUN_TOKEN_PREFIX};
 #[cfg(feature = "client")]
 pub use credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchanged};
 #[cfg(feature = "client")]

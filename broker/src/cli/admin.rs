@@ -322,11 +322,28 @@ pub(super) fn print_table(remote: &Remote, v: &Value, key: &str, columns: &[&str
     }
 }
 
-/// An HTTP client; `https://` addresses are verified against `--ca-file` /
-/// `TESSERA_CA_FILE` (a private CA, as brokers usually have).
+/// An HTTP client that sends the admin token to the broker only, under the
+/// same rules as the run token (docs/clients.md): no proxy from the
+/// environment unless `TESSERA_USE_PROXY=1`, no redirects, `http://` only to
+/// loopback unless `TESSERA_INSECURE_HTTP=1`; `https://` addresses are
+/// verified against `--ca-file` / `TESSERA_CA_FILE` (a private CA, as brokers
+/// usually have).
 fn client(remote: &Remote) -> anyhow::Result<reqwest::Client> {
-    let builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
-    if !remote.addr.starts_with("https://") {
+    let flag = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+    let https = remote.addr.starts_with("https://");
+    tessera_client::check_transport(
+        &remote.addr,
+        remote.ca_file.is_some(),
+        flag("TESSERA_INSECURE_HTTP"),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut builder = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .redirect(reqwest::redirect::Policy::none());
+    if !flag("TESSERA_USE_PROXY") {
+        builder = builder.no_proxy();
+    }
+    if !https {
         return Ok(builder.build()?);
     }
     let ca = remote
@@ -380,6 +397,11 @@ pub(super) async fn call_query(
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the broker at {}: {e}", remote.addr))?;
     let status = resp.status();
+    if status.is_redirection() {
+        bail!(
+            "the broker answered {status}, a redirect: the admin token is never re-sent elsewhere"
+        );
+    }
     let v: Value = resp.json().await.unwrap_or(Value::Null);
     if !status.is_success() {
         let code = v["error"]["code"].as_str().unwrap_or("unknown");
