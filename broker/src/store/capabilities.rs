@@ -13,7 +13,7 @@
 use super::rate;
 use super::runs::{run_columns, RunRecord, RunState};
 use super::writer::{BoxFuture, WriteCtx, WriteOp, ROWS_PER_INSERT};
-use super::{col, Dialect, Store, StoreError};
+use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
 use sqlx::Row;
 use std::collections::{BTreeSet, HashMap};
@@ -78,13 +78,6 @@ pub struct IssueSlot {
     pub outcome: Option<IssueOutcome>,
 }
 
-/// `?, ?, …` (SQLite, bound in order) / `$1, $2, …` (PostgreSQL) for an IN list.
-fn in_list(dialect: Dialect, n: usize) -> String {
-    let mut s = super::writer::values_placeholders(dialect, 1, n);
-    s.retain(|c| c != '(' && c != ')');
-    s
-}
-
 /// Runs `SELECT … WHERE <column> IN (…)` over `keys`, in chunks.
 async fn select_in(
     ctx: &mut WriteCtx<'_>,
@@ -94,7 +87,10 @@ async fn select_in(
     let keys: Vec<&str> = keys.into_iter().collect();
     let mut rows = Vec::new();
     for chunk in keys.chunks(ROWS_PER_INSERT) {
-        let q = format!("{select_where} IN ({})", in_list(ctx.dialect, chunk.len()));
+        let q = format!(
+            "{select_where} IN ({})",
+            super::sql::in_list(ctx.dialect, chunk.len())
+        );
         let mut query = sqlx::query(&q);
         for key in chunk {
             query = query.bind(*key);
@@ -207,7 +203,7 @@ pub(crate) async fn apply_issue_segment(
         let q = format!(
             "INSERT INTO capabilities (id, run_id, kid, action, resource, backend, policies, \
              issued_at, expires_at, uses, uses_left, hold_secs, lapses_at, slot) VALUES {}",
-            super::writer::values_placeholders(ctx.dialect, chunk.len(), 14)
+            super::sql::values_placeholders(ctx.dialect, chunk.len(), 14)
         );
         let mut query = sqlx::query(&q);
         for r in chunk.iter().filter_map(|&i| slots[i].op.record.as_ref()) {
@@ -235,7 +231,7 @@ pub(crate) async fn apply_issue_segment(
         let q = format!(
             "INSERT INTO rate_limits (bucket, tat_us) VALUES {} \
              ON CONFLICT (bucket) DO UPDATE SET tat_us = excluded.tat_us",
-            super::writer::values_placeholders(ctx.dialect, chunk.len(), 2)
+            super::sql::values_placeholders(ctx.dialect, chunk.len(), 2)
         );
         let mut query = sqlx::query(&q);
         for b in chunk {

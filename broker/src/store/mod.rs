@@ -17,6 +17,7 @@ pub mod rate;
 pub mod revocations;
 pub mod runs;
 pub mod runtimes;
+pub mod sql;
 pub mod writer;
 
 use crate::clock::Clock;
@@ -51,11 +52,7 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Sqlite,
-    Postgres,
-}
+pub use sql::{placeholder, sql_for, Dialect};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -219,22 +216,6 @@ impl Store {
         probe.last_result.store(ok, Ordering::Relaxed);
         probe.in_flight.store(false, Ordering::Release);
         ok
-    }
-}
-
-/// The `n`-th bind placeholder, for SQL assembled at run time (filters): `$n` on
-/// PostgreSQL, `?n` on SQLite — what [`sql_for`] rewrites static SQL to.
-pub fn placeholder(dialect: Dialect, n: usize) -> String {
-    match dialect {
-        Dialect::Postgres => format!("${n}"),
-        Dialect::Sqlite => format!("?{n}"),
-    }
-}
-
-pub fn sql_for(dialect: Dialect, q: &'static str) -> Cow<'static, str> {
-    match dialect {
-        Dialect::Postgres => Cow::Borrowed(q),
-        Dialect::Sqlite => Cow::Owned(q.replace('$', "?")),
     }
 }
 

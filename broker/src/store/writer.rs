@@ -65,30 +65,6 @@ struct AuditRow {
 /// Rows per multi-row INSERT (bounded so statement variants stay few).
 pub const ROWS_PER_INSERT: usize = 50;
 
-/// `($1, $2), ($3, $4)`-style VALUES placeholders for `rows` rows of `cols` columns.
-/// SQLite gets anonymous `?` markers (bound in order): numbered ones make SQLite
-/// look each name up in a list, which is quadratic in a statement's parameters.
-pub fn values_placeholders(dialect: Dialect, rows: usize, cols: usize) -> String {
-    let mut out = String::with_capacity(rows * cols * 5);
-    for r in 0..rows {
-        out.push_str(if r == 0 { "(" } else { ", (" });
-        for c in 0..cols {
-            if c > 0 {
-                out.push_str(", ");
-            }
-            match dialect {
-                Dialect::Postgres => {
-                    out.push('$');
-                    out.push_str(&(r * cols + c + 1).to_string());
-                }
-                Dialect::Sqlite => out.push('?'),
-            }
-        }
-        out.push(')');
-    }
-    out
-}
-
 impl WriteCtx<'_> {
     pub fn sql(&self, q: &'static str) -> std::borrow::Cow<'static, str> {
         sql_for(self.dialect, q)
@@ -124,7 +100,7 @@ impl WriteCtx<'_> {
             let q = format!(
                 "INSERT INTO audit (seq, at_ms, event, actor, decision, reason, run_id, capability_id, \
                  user_name, action, resource, request_id, detail, task_id, prev_hash, hash, key_id) VALUES {}",
-                values_placeholders(self.dialect, chunk.len(), 17)
+                super::sql::values_placeholders(self.dialect, chunk.len(), 17)
             );
             let mut query = sqlx::query(&q);
             for r in chunk {
