@@ -5,7 +5,7 @@
 //! store write, so hostile strings — control characters, quotes, SQL
 //! metacharacters, 10 KB blobs — get a 400 and leave nothing behind.
 
-use crate::backends::database::{self, Dialect};
+use crate::backends::database::{self, DbKind};
 use crate::config::BackendConfig;
 use std::collections::BTreeMap;
 use tessera_client::types::ErrorCode;
@@ -167,8 +167,8 @@ pub fn parse<'a>(
         }
         BackendConfig::Postgres(db) | BackendConfig::Mysql(db) => {
             let dialect = match config {
-                BackendConfig::Mysql(_) => Dialect::Mysql,
-                _ => Dialect::Postgres,
+                BackendConfig::Mysql(_) => DbKind::Mysql,
+                _ => DbKind::Postgres,
             };
             let parsed =
                 database::parse_path(dialect, path, ALL_TABLES).ok_or(ResourceError::Path)?;

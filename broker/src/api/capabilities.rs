@@ -143,7 +143,7 @@ pub async fn request(
         return Err(record_refusal(&app, &run, audit, refusal).await);
     }
 
-    let issued = issue(
+    let issued = sign_and_record(
         &app,
         &run,
         &req,
@@ -191,9 +191,9 @@ async fn record_refusal(
         rate: vec![server_rate(app, run)],
         audit,
     };
-    match app.store.writer().issue(op).await {
+    match app.store.writer().record_issuance(op).await {
         Ok(IssueOutcome::Denied) => refusal,
-        Ok(other) => refusals::issue(other),
+        Ok(other) => refusals::issuance(other),
         Err(e) => e.into(),
     }
 }
@@ -204,7 +204,7 @@ fn server_rate(app: &AppState, run: &RunRecord) -> RateCharge {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn issue(
+async fn sign_and_record(
     app: &AppState,
     run: &Arc<RunRecord>,
     req: &CapabilityRequest,
@@ -273,7 +273,7 @@ async fn issue(
     let outcome = app
         .store
         .writer()
-        .issue(IssueCapability {
+        .record_issuance(IssueCapability {
             record: Some(record),
             rate,
             audit,
@@ -294,7 +294,7 @@ async fn issue(
                 }),
             ))
         }
-        other => Err(refusals::issue(other)),
+        other => Err(refusals::issuance(other)),
     }
 }
 

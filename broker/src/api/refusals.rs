@@ -62,7 +62,7 @@ fn deny_message(rule: DenyRule) -> &'static str {
 }
 
 /// An issuance the writer refused (anything but the expected outcome).
-pub fn issue(outcome: IssueOutcome) -> ApiError {
+pub fn issuance(outcome: IssueOutcome) -> ApiError {
     match outcome {
         IssueOutcome::RunInactive(state) => run_inactive(state),
         IssueOutcome::RateLimited { retry_after_us } => {

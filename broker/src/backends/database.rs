@@ -49,28 +49,30 @@ pub struct DbPath {
     pub table: Table,
 }
 
+/// Which downstream database server a backend speaks to (not the broker's
+/// own store, whose SQL dialect is `store::Dialect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
+pub enum DbKind {
     Postgres,
     Mysql,
 }
 
-impl Dialect {
+impl DbKind {
     pub fn kind(self) -> &'static str {
         match self {
-            Dialect::Postgres => "postgres",
-            Dialect::Mysql => "mysql",
+            DbKind::Postgres => "postgres",
+            DbKind::Mysql => "mysql",
         }
     }
 }
 
 /// Parses `database.schema.table` (PostgreSQL) or `database.table` (MySQL); the
 /// table may be `*` only when `allow_all_tables` (see `resource::parse`).
-pub fn parse_path(dialect: Dialect, path: &str, allow_all_tables: bool) -> Option<DbPath> {
+pub fn parse_path(dialect: DbKind, path: &str, allow_all_tables: bool) -> Option<DbPath> {
     let parts: Vec<&str> = path.split('.').collect();
     let (database, schema, table) = match (dialect, parts.as_slice()) {
-        (Dialect::Postgres, [d, s, t]) => (*d, Some(*s), *t),
-        (Dialect::Mysql, [d, t]) => (*d, None, *t),
+        (DbKind::Postgres, [d, s, t]) => (*d, Some(*s), *t),
+        (DbKind::Mysql, [d, t]) => (*d, None, *t),
         _ => return None,
     };
     if !is_ident(database) || !schema.is_none_or(is_ident) {
@@ -79,8 +81,8 @@ pub fn parse_path(dialect: Dialect, path: &str, allow_all_tables: bool) -> Optio
     // System catalogs are never a resource: a grant there (PostgreSQL's
     // pg_authid holds password hashes) is not a table of the application's.
     let system = match (dialect, schema) {
-        (Dialect::Postgres, Some(s)) => is_system_schema(s),
-        (Dialect::Mysql, _) => is_system_database(database),
+        (DbKind::Postgres, Some(s)) => is_system_schema(s),
+        (DbKind::Mysql, _) => is_system_database(database),
         _ => false,
     };
     if system {
@@ -95,7 +97,7 @@ pub fn parse_path(dialect: Dialect, path: &str, allow_all_tables: bool) -> Optio
     // `lower_case_table_names` is set, so `shop.ORDERS` could reach the table a
     // policy names `shop.orders`: one spelling only, lower case.
     let folded = |s: &str| s.bytes().any(|c| c.is_ascii_uppercase());
-    if dialect == Dialect::Mysql
+    if dialect == DbKind::Mysql
         && (folded(database) || matches!(&table, Table::Named(t) if folded(t)))
     {
         return None;
@@ -159,7 +161,7 @@ impl Privilege {
 /// The deterministic name of the broker-managed group role that holds
 /// `privilege` on `path`: `tsr_g_` + 24 hex of SHA-256 over the parts. Same
 /// resource, same group, on every replica, with no coordination.
-pub fn group_name(dialect: Dialect, path: &DbPath, privilege: Privilege) -> String {
+pub fn group_name(dialect: DbKind, path: &DbPath, privilege: Privilege) -> String {
     let table = match &path.table {
         Table::Named(t) => t.as_str(),
         Table::All => "*",
@@ -222,7 +224,7 @@ pub fn is_user_name(s: &str) -> bool {
 /// here (the broker validated it before policy; a backend never trusts that):
 /// the privilege, the table, and the user name reserved with the lease.
 pub fn grant_parts<'a>(
-    dialect: Dialect,
+    dialect: DbKind,
     grant: &super::Grant<'a>,
 ) -> Result<(Privilege, DbPath, &'a str), super::BackendError> {
     use super::BackendError::Rejected;
@@ -293,24 +295,24 @@ mod tests {
 
     #[test]
     fn paths_parse_per_dialect() {
-        let p = parse_path(Dialect::Postgres, "analytics.public.orders", false).unwrap();
+        let p = parse_path(DbKind::Postgres, "analytics.public.orders", false).unwrap();
         assert_eq!(p.database, "analytics");
         assert_eq!(p.schema.as_deref(), Some("public"));
         assert_eq!(p.table, Table::Named("orders".into()));
-        assert!(parse_path(Dialect::Postgres, "analytics.orders", false).is_none());
-        let m = parse_path(Dialect::Mysql, "shop.orders_2", false).unwrap();
+        assert!(parse_path(DbKind::Postgres, "analytics.orders", false).is_none());
+        let m = parse_path(DbKind::Mysql, "shop.orders_2", false).unwrap();
         assert_eq!((m.database.as_str(), m.schema), ("shop", None));
         // MariaDB may fold names to lower case: one spelling only.
-        assert!(parse_path(Dialect::Mysql, "shop.Orders_2", false).is_none());
-        assert!(parse_path(Dialect::Mysql, "Shop.orders", false).is_none());
-        assert!(parse_path(Dialect::Postgres, "analytics.public.Orders", false).is_some());
-        assert!(parse_path(Dialect::Mysql, "a.b.c", false).is_none());
-        assert!(parse_path(Dialect::Postgres, "a.b.*", false).is_none());
+        assert!(parse_path(DbKind::Mysql, "shop.Orders_2", false).is_none());
+        assert!(parse_path(DbKind::Mysql, "Shop.orders", false).is_none());
+        assert!(parse_path(DbKind::Postgres, "analytics.public.Orders", false).is_some());
+        assert!(parse_path(DbKind::Mysql, "a.b.c", false).is_none());
+        assert!(parse_path(DbKind::Postgres, "a.b.*", false).is_none());
         assert_eq!(
-            parse_path(Dialect::Postgres, "a.b.*", true).unwrap().table,
+            parse_path(DbKind::Postgres, "a.b.*", true).unwrap().table,
             Table::All
         );
-        assert!(parse_path(Dialect::Postgres, "a.*.t", true).is_none());
+        assert!(parse_path(DbKind::Postgres, "a.*.t", true).is_none());
     }
 
     #[test]
@@ -324,28 +326,28 @@ mod tests {
             "pg_toast_temp_1",
         ] {
             assert!(
-                parse_path(Dialect::Postgres, &format!("db.{schema}.t"), true).is_none(),
+                parse_path(DbKind::Postgres, &format!("db.{schema}.t"), true).is_none(),
                 "{schema}"
             );
             assert!(
-                parse_path(Dialect::Postgres, &format!("db.{schema}.*"), true).is_none(),
+                parse_path(DbKind::Postgres, &format!("db.{schema}.*"), true).is_none(),
                 "{schema}"
             );
         }
         // A database may be called anything; only the schema is the system's.
-        assert!(parse_path(Dialect::Postgres, "pg_db.public.t", false).is_some());
-        assert!(parse_path(Dialect::Postgres, "db.pgx.t", false).is_some());
+        assert!(parse_path(DbKind::Postgres, "pg_db.public.t", false).is_some());
+        assert!(parse_path(DbKind::Postgres, "db.pgx.t", false).is_some());
         for db in ["mysql", "information_schema", "performance_schema", "sys"] {
             assert!(
-                parse_path(Dialect::Mysql, &format!("{db}.t"), true).is_none(),
+                parse_path(DbKind::Mysql, &format!("{db}.t"), true).is_none(),
                 "{db}"
             );
             assert!(
-                parse_path(Dialect::Mysql, &format!("{db}.*"), true).is_none(),
+                parse_path(DbKind::Mysql, &format!("{db}.*"), true).is_none(),
                 "{db}"
             );
         }
-        assert!(parse_path(Dialect::Mysql, "system_data.t", false).is_some());
+        assert!(parse_path(DbKind::Mysql, "system_data.t", false).is_some());
     }
 
     #[test]
@@ -365,12 +367,9 @@ mod tests {
             &format!("db.public.{long}"),
             &format!("db.public.{}", "a".repeat(64)),
         ] {
-            assert!(
-                parse_path(Dialect::Postgres, bad, true).is_none(),
-                "{bad:?}"
-            );
+            assert!(parse_path(DbKind::Postgres, bad, true).is_none(), "{bad:?}");
         }
-        assert!(parse_path(Dialect::Postgres, &format!("d.s.{}", "a".repeat(63)), false).is_some());
+        assert!(parse_path(DbKind::Postgres, &format!("d.s.{}", "a".repeat(63)), false).is_some());
     }
 
     #[test]
@@ -386,20 +385,20 @@ mod tests {
         assert!(!is_user_name(&format!("{u}x")));
         assert!(!is_user_name(&u.to_uppercase()));
         assert!(!is_user_name(&group_name(
-            Dialect::Postgres,
-            &parse_path(Dialect::Postgres, "a.b.c", false).unwrap(),
+            DbKind::Postgres,
+            &parse_path(DbKind::Postgres, "a.b.c", false).unwrap(),
             Privilege::Select
         )));
     }
 
     #[test]
     fn group_names_are_deterministic_and_distinct() {
-        let p = parse_path(Dialect::Postgres, "a.b.c", false).unwrap();
-        let g = group_name(Dialect::Postgres, &p, Privilege::Select);
-        assert_eq!(g, group_name(Dialect::Postgres, &p, Privilege::Select));
-        assert_ne!(g, group_name(Dialect::Postgres, &p, Privilege::Insert));
-        assert_ne!(g, group_name(Dialect::Mysql, &p, Privilege::Select));
-        let q = parse_path(Dialect::Postgres, "a.bc.", false);
+        let p = parse_path(DbKind::Postgres, "a.b.c", false).unwrap();
+        let g = group_name(DbKind::Postgres, &p, Privilege::Select);
+        assert_eq!(g, group_name(DbKind::Postgres, &p, Privilege::Select));
+        assert_ne!(g, group_name(DbKind::Postgres, &p, Privilege::Insert));
+        assert_ne!(g, group_name(DbKind::Mysql, &p, Privilege::Select));
+        let q = parse_path(DbKind::Postgres, "a.bc.", false);
         assert!(q.is_none());
         assert_eq!(g.len(), 30);
         assert!(is_ident(&g));
@@ -421,7 +420,7 @@ mod tests {
     proptest! {
         #[test]
         fn accepted_paths_hold_only_identifier_characters(s in ".{0,200}") {
-            for d in [Dialect::Postgres, Dialect::Mysql] {
+            for d in [DbKind::Postgres, DbKind::Mysql] {
                 if let Some(p) = parse_path(d, &s, true) {
                     prop_assert!(is_ident(&p.database));
                     prop_assert!(s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'*'));

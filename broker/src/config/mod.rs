@@ -12,7 +12,7 @@ pub mod http;
 pub use audit::AuditConfig;
 pub use http::{AllowedHosts, HttpConfig};
 
-use crate::backends::database::Dialect as DbDialect;
+use crate::backends::database::DbKind;
 use crate::grammar::{parse_duration, Rate};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -645,7 +645,7 @@ fn resolve_tls(raw: Option<RawTls>, env: EnvLookup<'_>) -> Result<Option<TlsConf
 fn resolve_database(
     setting: &str,
     b: RawDatabaseBackend,
-    dialect: DbDialect,
+    dialect: DbKind,
     env: EnvLookup<'_>,
 ) -> Result<DatabaseBackendConfig, ConfigError> {
     let url = match (&b.url_env, &b.url_file) {
@@ -675,7 +675,7 @@ fn resolve_database(
         format!("{setting}.url_file")
     };
     let (host, port, database) = match dialect {
-        DbDialect::Postgres => {
+        DbKind::Postgres => {
             let o = url
                 .starts_with("postgres://")
                 .then(|| url.parse::<sqlx::postgres::PgConnectOptions>().ok())
@@ -684,7 +684,7 @@ fn resolve_database(
             let db = o.get_database().map(str::to_owned);
             (o.get_host().to_owned(), o.get_port(), db)
         }
-        DbDialect::Mysql => {
+        DbKind::Mysql => {
             let o = (url.starts_with("mysql://") || url.starts_with("mariadb://"))
                 .then(|| url.replacen("mariadb://", "mysql://", 1))
                 .and_then(|u| u.parse::<sqlx::mysql::MySqlConnectOptions>().ok())
@@ -730,14 +730,14 @@ fn resolve_database(
     }
     let scram_iterations = match (dialect, b.scram_iterations) {
         (_, None) => crate::backends::postgres::scram::ITERATIONS,
-        (DbDialect::Mysql, Some(_)) => {
+        (DbKind::Mysql, Some(_)) => {
             return Err(err(
                 &format!("{setting}.scram_iterations"),
                 "only for kind \"postgres\"",
             ))
         }
-        (DbDialect::Postgres, Some(n)) if (1..=1_000_000).contains(&n) => n,
-        (DbDialect::Postgres, Some(_)) => {
+        (DbKind::Postgres, Some(n)) if (1..=1_000_000).contains(&n) => n,
+        (DbKind::Postgres, Some(_)) => {
             return Err(err(
                 &format!("{setting}.scram_iterations"),
                 "must be between 1 and 1000000",
@@ -755,21 +755,21 @@ fn resolve_database(
         }
     }
     let account_host = match (dialect, b.account_host) {
-        (DbDialect::Postgres, None) => None,
-        (DbDialect::Postgres, Some(_)) => {
+        (DbKind::Postgres, None) => None,
+        (DbKind::Postgres, Some(_)) => {
             return Err(err(
                 &format!("{setting}.account_host"),
                 "only for kind \"mysql\"",
             ))
         }
-        (DbDialect::Mysql, None) => {
+        (DbKind::Mysql, None) => {
             return Err(err(
                 &format!("{setting}.account_host"),
                 "required for kind \"mysql\": the host pattern throw-away accounts may connect from, \
                  e.g. \"10.0.%\" for the agents' network or \"%\" for any host (docs/backends/databases.md)",
             ))
         }
-        (DbDialect::Mysql, Some(h)) => {
+        (DbKind::Mysql, Some(h)) => {
             if !crate::backends::mysql::quote::is_host_pattern(&h) {
                 return Err(err(
                     &format!("{setting}.account_host"),
@@ -866,9 +866,9 @@ fn resolve_backend(
         "postgres" | "mysql" => {
             let b: RawDatabaseBackend = value.try_into().map_err(parse_err)?;
             let dialect = if kind == "postgres" {
-                DbDialect::Postgres
+                DbKind::Postgres
             } else {
-                DbDialect::Mysql
+                DbKind::Mysql
             };
             let db = resolve_database(setting, b, dialect, env)?;
             Ok(if kind == "postgres" {

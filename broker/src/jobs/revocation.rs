@@ -20,7 +20,7 @@ use crate::backends::{BackendError, Revocation};
 use crate::instance::CLAIM_LEASE_SECS;
 use crate::store::instances::{self, ReleaseClaims};
 use crate::store::revocations::{
-    self, ClaimRevocations, ExpireLeases, FinishRevocations, Job, Outcome,
+    self, ClaimRevocations, ExpireLeases, FinishRevocations, Outcome, Removal,
 };
 use crate::store::StoreError;
 use std::collections::BTreeMap;
@@ -125,8 +125,8 @@ async fn take_over_dead(app: &App) -> Result<(), StoreError> {
 }
 
 /// Calls each backend once with all of its refs, concurrently across backends.
-async fn settle(app: &App, jobs: Vec<Job>) -> Vec<(Job, Outcome)> {
-    let mut by_backend: BTreeMap<String, Vec<Job>> = BTreeMap::new();
+async fn settle(app: &App, jobs: Vec<Removal>) -> Vec<(Removal, Outcome)> {
+    let mut by_backend: BTreeMap<String, Vec<Removal>> = BTreeMap::new();
     for job in jobs {
         by_backend.entry(job.backend.clone()).or_default().push(job);
     }
@@ -146,7 +146,7 @@ async fn settle(app: &App, jobs: Vec<Job>) -> Vec<(Job, Outcome)> {
         };
         drop(leases);
         // Which jobs failed, and why: all of them, or (Partial) only the named refs.
-        let failed_ref = |job: &Job| -> Option<String> {
+        let failed_ref = |job: &Removal| -> Option<String> {
             match &result {
                 Ok(()) => None,
                 Err(BackendError::Partial { failed }) => failed

@@ -64,7 +64,7 @@ pub async fn enqueue(
 
 /// One claimed removal.
 #[derive(Debug, Clone)]
-pub struct Job {
+pub struct Removal {
     pub lease_id: String,
     pub backend: String,
     pub downstream_ref: String,
@@ -86,11 +86,11 @@ pub struct ClaimRevocations {
 }
 
 impl WriteOp for ClaimRevocations {
-    type Output = Vec<Job>;
+    type Output = Vec<Removal>;
     fn apply<'a>(
         &'a self,
         ctx: &'a mut WriteCtx<'_>,
-    ) -> BoxFuture<'a, Result<Vec<Job>, sqlx::Error>> {
+    ) -> BoxFuture<'a, Result<Vec<Removal>, sqlx::Error>> {
         Box::pin(async move {
             let now = ctx.now();
             let q = ctx.sql(
@@ -110,7 +110,7 @@ impl WriteOp for ClaimRevocations {
                 .await?;
             rows.iter()
                 .map(|r| {
-                    Ok(Job {
+                    Ok(Removal {
                         lease_id: r.try_get("lease_id")?,
                         backend: r.try_get("backend")?,
                         downstream_ref: r.try_get("downstream_ref")?,
@@ -141,7 +141,7 @@ pub struct FinishRevocations {
     /// The claimant: a failure is recorded only while it still holds the
     /// claim (another instance may have taken the job over meanwhile).
     pub instance_id: String,
-    pub results: Vec<(Job, Outcome)>,
+    pub results: Vec<(Removal, Outcome)>,
 }
 
 impl WriteOp for FinishRevocations {

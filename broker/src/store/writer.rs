@@ -143,7 +143,7 @@ pub trait WriteOp: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Self::Output, sqlx::Error>>;
 }
 
-trait Job: Send {
+trait Queued: Send {
     fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>>;
     /// Capability issuances are applied together, in bulk, after the other ops.
     fn issue_slot(&mut self) -> Option<&mut IssueSlot> {
@@ -157,12 +157,12 @@ trait Job: Send {
     fn abandoned(&self) -> bool;
 }
 
-struct IssueJob {
+struct QueuedIssue {
     slot: IssueSlot,
     reply: oneshot::Sender<Result<IssueOutcome, StoreError>>,
 }
 
-impl Job for IssueJob {
+impl Queued for QueuedIssue {
     fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move { apply_issue_segment(ctx, &mut [&mut self.slot]).await })
     }
@@ -195,7 +195,7 @@ struct Pending<O: WriteOp> {
     reply: oneshot::Sender<Result<O::Output, StoreError>>,
 }
 
-impl<O: WriteOp> Job for Pending<O> {
+impl<O: WriteOp> Queued for Pending<O> {
     fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
             let out = self.op.apply(ctx).await?;
@@ -235,7 +235,7 @@ pub struct WriterStats {
 
 #[derive(Clone)]
 pub struct Writer {
-    tx: mpsc::Sender<Box<dyn Job>>,
+    tx: mpsc::Sender<Box<dyn Queued>>,
     stats: Arc<WriterStats>,
     env: Arc<WriterEnv>,
 }
@@ -300,15 +300,16 @@ impl Writer {
 
     /// Records a capability (see `capabilities::apply_issue_segment`); returns only
     /// after its transaction committed.
-    pub async fn issue(&self, op: IssueCapability) -> Result<IssueOutcome, StoreError> {
+    pub async fn record_issuance(&self, op: IssueCapability) -> Result<IssueOutcome, StoreError> {
         let (reply, rx) = oneshot::channel();
         let slot = IssueSlot { op, outcome: None };
-        self.enqueue(Box::new(IssueJob { slot, reply }), rx).await
+        self.enqueue(Box::new(QueuedIssue { slot, reply }), rx)
+            .await
     }
 
     async fn enqueue<T>(
         &self,
-        job: Box<dyn Job>,
+        job: Box<dyn Queued>,
         rx: oneshot::Receiver<Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(SUBMIT_TIMEOUT, self.tx.send(job)).await {
@@ -325,7 +326,7 @@ impl Writer {
 }
 
 async fn run(
-    mut rx: mpsc::Receiver<Box<dyn Job>>,
+    mut rx: mpsc::Receiver<Box<dyn Queued>>,
     connect: Connector,
     dialect: Dialect,
     env: Arc<WriterEnv>,
@@ -355,7 +356,7 @@ async fn run(
     }
 }
 
-fn fail_all(batch: Vec<Box<dyn Job>>, e: &StoreError) {
+fn fail_all(batch: Vec<Box<dyn Queued>>, e: &StoreError) {
     for job in batch {
         job.finish(Some(e.clone()));
     }
@@ -365,7 +366,7 @@ fn fail_all(batch: Vec<Box<dyn Job>>, e: &StoreError) {
 /// connection if it is still usable.
 async fn commit_batch(
     mut conn: AnyConnection,
-    mut batch: Vec<Box<dyn Job>>,
+    mut batch: Vec<Box<dyn Queued>>,
     dialect: Dialect,
     env: &WriterEnv,
     stats: &WriterStats,
@@ -428,7 +429,7 @@ async fn commit_batch(
     }
 }
 
-fn fail_or_finish(jobs: Vec<Box<dyn Job>>, e: Option<StoreError>) {
+fn fail_or_finish(jobs: Vec<Box<dyn Queued>>, e: Option<StoreError>) {
     for job in jobs {
         job.finish(e.clone());
     }
@@ -465,7 +466,7 @@ fn classify(e: sqlx::Error) -> AttemptError {
 
 async fn attempt(
     conn: &mut AnyConnection,
-    batch: &mut [Box<dyn Job>],
+    batch: &mut [Box<dyn Queued>],
     dialect: Dialect,
     env: &WriterEnv,
 ) -> Result<(), AttemptError> {
@@ -493,7 +494,7 @@ async fn attempt(
 
 async fn apply_all(
     conn: &mut AnyConnection,
-    batch: &mut [Box<dyn Job>],
+    batch: &mut [Box<dyn Queued>],
     dialect: Dialect,
     env: &WriterEnv,
 ) -> Result<(), sqlx::Error> {

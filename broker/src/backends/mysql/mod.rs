@@ -17,7 +17,7 @@ pub mod native_password;
 pub mod quote;
 pub mod users;
 
-use super::database::{self, Dialect, Privilege};
+use super::database::{self, DbKind, Privilege};
 use super::{Backend, BackendError, Grant, Issued};
 use crate::capability::CapabilityClaims;
 use crate::config::DatabaseBackendConfig;
@@ -140,7 +140,7 @@ impl Backend for MysqlBackend {
 
     fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>> {
         Box::pin(async move {
-            let (privilege, path, user) = database::grant_parts(Dialect::Mysql, &grant)?;
+            let (privilege, path, user) = database::grant_parts(DbKind::Mysql, &grant)?;
             self.strict.admit(|| self.unsafe_defaults()).await?;
             let password = self.create_user(&path, privilege, user).await?;
             let expires_at = grant.claims.exp;

@@ -146,8 +146,8 @@ mod tests {
 
     #[test]
     fn create_statements_carry_the_hash_not_the_password() {
-        use crate::backends::database::{parse_path, Dialect};
-        let path = parse_path(Dialect::Mysql, "shop.orders", true).unwrap();
+        use crate::backends::database::{parse_path, DbKind};
+        let path = parse_path(DbKind::Mysql, "shop.orders", true).unwrap();
         let [create, grant] =
             create_sql("tsr_u", "%", "*ABC", 2, &path, Privilege::Insert).unwrap();
         assert_eq!(
@@ -155,14 +155,14 @@ mod tests {
             "CREATE USER 'tsr_u'@'%' IDENTIFIED BY PASSWORD '*ABC' WITH MAX_USER_CONNECTIONS 2"
         );
         assert_eq!(grant, "GRANT INSERT ON `shop`.`orders` TO 'tsr_u'@'%'");
-        let all = parse_path(Dialect::Mysql, "shop.*", true).unwrap();
+        let all = parse_path(DbKind::Mysql, "shop.*", true).unwrap();
         let [_, grant] = create_sql("tsr_u", "%", "*ABC", 2, &all, Privilege::Select).unwrap();
         assert_eq!(grant, "GRANT SELECT ON `shop`.* TO 'tsr_u'@'%'");
-        let underscored = parse_path(Dialect::Mysql, "rt_my_main.*", true).unwrap();
+        let underscored = parse_path(DbKind::Mysql, "rt_my_main.*", true).unwrap();
         let [_, grant] =
             create_sql("tsr_u", "%", "*ABC", 2, &underscored, Privilege::Select).unwrap();
         assert_eq!(grant, "GRANT SELECT ON `rt\\_my\\_main`.* TO 'tsr_u'@'%'");
-        let table = parse_path(Dialect::Mysql, "rt_my_main.t_1", true).unwrap();
+        let table = parse_path(DbKind::Mysql, "rt_my_main.t_1", true).unwrap();
         let [_, grant] = create_sql("tsr_u", "%", "*ABC", 2, &table, Privilege::Select).unwrap();
         assert_eq!(grant, "GRANT SELECT ON `rt_my_main`.`t_1` TO 'tsr_u'@'%'");
         let [create, _] =

@@ -22,7 +22,7 @@
 
 use super::quote::{ident, Unquotable};
 use crate::backends::database::{
-    database_group_name, group_name, schema_group_name, DbPath, Dialect, Privilege, Table,
+    database_group_name, group_name, schema_group_name, DbKind, DbPath, Privilege, Table,
 };
 use crate::backends::BackendError;
 use sqlx::PgPool;
@@ -54,7 +54,7 @@ impl Groups {
         let schema = path.schema.as_deref().unwrap_or("public");
         let db_group = database_group_name(&path.database);
         let schema_group = schema_group_name(&path.database, schema);
-        let name = group_name(Dialect::Postgres, path, privilege);
+        let name = group_name(DbKind::Postgres, path, privilege);
         // Held across creation: first uses are rare, and serialising them keeps
         // two requests of this process from racing on one ACL.
         let mut known = self.known.lock().await;
@@ -277,14 +277,14 @@ mod tests {
 
     #[test]
     fn grants_are_quoted_and_exact() {
-        let p = parse_path(Dialect::Postgres, "analytics.Public.orders", false).unwrap();
+        let p = parse_path(DbKind::Postgres, "analytics.Public.orders", false).unwrap();
         let sql = table_grant_sql("tsr_g_abc", "tsr_s_def", &p, Privilege::Select).unwrap();
         assert_eq!(
             sql,
             "GRANT SELECT ON TABLE \"Public\".\"orders\" TO \"tsr_g_abc\"; \
              GRANT \"tsr_s_def\" TO \"tsr_g_abc\";"
         );
-        let all = parse_path(Dialect::Postgres, "analytics.s.*", true).unwrap();
+        let all = parse_path(DbKind::Postgres, "analytics.s.*", true).unwrap();
         let sql = table_grant_sql("g", "s", &all, Privilege::Delete).unwrap();
         assert!(sql.starts_with("GRANT DELETE ON ALL TABLES IN SCHEMA \"s\" TO \"g\";"));
     }

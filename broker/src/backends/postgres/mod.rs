@@ -20,7 +20,7 @@ pub mod quote;
 pub mod scram;
 pub mod users;
 
-use super::database::{self, Dialect, Privilege};
+use super::database::{self, DbKind, Privilege};
 use super::{Backend, BackendError, Grant, Issued};
 use crate::capability::CapabilityClaims;
 use crate::config::DatabaseBackendConfig;
@@ -188,7 +188,7 @@ impl Backend for PostgresBackend {
 
     fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>> {
         Box::pin(async move {
-            let (privilege, path, user) = database::grant_parts(Dialect::Postgres, &grant)?;
+            let (privilege, path, user) = database::grant_parts(DbKind::Postgres, &grant)?;
             self.strict.admit(|| self.unsafe_defaults()).await?;
             let expires_at = grant.claims.exp;
             let password = self.create_user(&path, privilege, user, expires_at).await?;

@@ -5,7 +5,7 @@
 use crate::support::app::pg_url;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tessera_broker::backends::database::{
-    group_name, parse_path, schema_group_name, Dialect, Privilege,
+    group_name, parse_path, schema_group_name, DbKind, Privilege,
 };
 
 /// A schema pair of this test's own, and a superuser pool to inspect with.
@@ -102,7 +102,7 @@ impl PgFixture {
             groups.push(schema_group_name("postgres", &schema));
             for table in ["granted", "other", "no_such_table", "*"] {
                 let path = parse_path(
-                    Dialect::Postgres,
+                    DbKind::Postgres,
                     &format!("postgres.{schema}.{table}"),
                     true,
                 )
@@ -113,7 +113,7 @@ impl PgFixture {
                     Privilege::Update,
                     Privilege::Delete,
                 ] {
-                    groups.push(group_name(Dialect::Postgres, &path, p));
+                    groups.push(group_name(DbKind::Postgres, &path, p));
                 }
             }
         }
