@@ -5,7 +5,7 @@
 //! the broker keeps appending. `export` writes one JSON object per line, oldest
 //! first — what SIEM collectors ingest.
 
-use super::admin::{call, call_query};
+use super::remote::{call, call_query};
 use super::{AuditCommand, Remote};
 use crate::clock::{parse_rfc3339_ms, rfc3339_ms};
 use crate::grammar::parse_duration;

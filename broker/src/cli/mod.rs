@@ -9,6 +9,7 @@ mod audit;
 mod backends;
 mod child;
 mod policy;
+mod remote;
 mod sandbox;
 mod serve;
 
@@ -285,11 +286,25 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::CredentialProcess(args) => sandbox::credential_process(args),
         Command::Token(cmd) => sandbox::token(cmd),
         Command::Policy(command) => policy::run(command),
+        Command::Audit(cmd) => block_on_remote(audit::run(cmd)),
         Command::Backends(BackendsCommand::Check { name, config, json }) => {
             backends_check(&name, &config, json)
         }
         other => admin::run(other),
     }
+}
+
+/// Runs a remote command to its exit code: its error on stderr, exit 1.
+fn block_on_remote(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    block_on(async {
+        match f.await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tessera: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }
 
 fn backends_check(name: &str, config: &std::path::Path, json: bool) -> ExitCode {

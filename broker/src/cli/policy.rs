@@ -115,9 +115,7 @@ pub fn run(command: PolicyCommand) -> ExitCode {
         } => check(&dir, config.as_deref(), deny_warnings),
         PolicyCommand::Test { dir, config } => test(&dir, config.as_deref()),
         PolicyCommand::Explain(args) => explain(*args),
-        PolicyCommand::Reload { remote } => {
-            return super::admin::run(super::Command::Policy(PolicyCommand::Reload { remote }))
-        }
+        PolicyCommand::Reload { remote } => return super::block_on_remote(reload(remote)),
     };
     result.unwrap_or_else(|message| {
         eprintln!("{message}");
@@ -249,4 +247,27 @@ fn assumed_backend(resource: &str, kind: &str) -> Result<BTreeMap<String, Backen
 
 fn now() -> i64 {
     crate::clock::Clock::new().now()
+}
+
+/// `tessera policy reload`: asks the running broker to reload its policy.
+async fn reload(remote: super::Remote) -> anyhow::Result<()> {
+    let v = super::remote::call(
+        &remote,
+        reqwest::Method::POST,
+        "/v1/admin/policy/reload",
+        None,
+    )
+    .await?;
+    if remote.json {
+        println!("{v}");
+    } else {
+        println!(
+            "policy reloaded: {} policies in force (sha256 {}); {} live capabilities \
+                 the new policy no longer grants were revoked",
+            v["policies"],
+            v["sha256"].as_str().unwrap_or(""),
+            v["revoked"]
+        );
+    }
+    Ok(())
 }
