@@ -14,6 +14,7 @@ pub mod api;
 pub mod app;
 pub mod audit;
 pub mod backends;
+pub mod boot;
 pub mod capability;
 pub mod cli;
 pub mod clock;

@@ -1,22 +1,8 @@
-//! `tessera serve`: bootstrap and run the broker.
-//!
-//! Order: config (fail fast, naming the setting) → logging → KEK → policy (an
-//! invalid policy stops the start with file:line:col) → admin token → store, keys,
-//! backends → listen. In `--dev` everything missing is generated: the SQLite file
-//! and KEK in the data directory, the admin token shown once (or written to
-//! `TESSERA_ADMIN_TOKEN_FILE` when that file does not exist yet).
+//! `tessera serve`: the configuration (fail fast, naming the setting), logging,
+//! and the process's signals; the boot sequence itself is [`crate::boot`].
 
 use super::ServeArgs;
-use crate::app::App;
-use crate::clock::Clock;
 use crate::config::{self, Config, Overrides};
-use crate::ids::{has_secret_shape, new_secret, secret_hash, sha256_hex, ADMIN_TOKEN_PREFIX};
-use crate::keys::Kek;
-use crate::policy::PolicyEngine;
-use anyhow::{bail, Context};
-use secrecy::ExposeSecret;
-use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 pub fn run(args: ServeArgs) -> ExitCode {
@@ -56,116 +42,6 @@ fn init_logging() {
     }
 }
 
-/// Writes a secret file readable only by its owner.
-fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.write_all(contents.as_bytes())?;
-    f.write_all(b"\n")?;
-    Ok(())
-}
-
-/// Creates an empty file readable only by its owner, unless it exists. SQLite
-/// gives its WAL and shared-memory files the database file's permissions, so
-/// the whole store stays 0600.
-fn create_private_file(path: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            // A store created by an older version (or by hand) may be
-            // readable by others: tighten it and its journal files.
-            use std::os::unix::fs::PermissionsExt;
-            for suffix in ["", "-wal", "-shm"] {
-                let file = std::path::PathBuf::from(format!("{}{suffix}", path.display()));
-                if let Ok(meta) = std::fs::metadata(&file) {
-                    if meta.permissions().mode() & 0o077 != 0 {
-                        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
-                            .with_context(|| format!("making {} private", file.display()))?;
-                        tracing::warn!(file = %file.display(), "store file was readable by others; now 0600");
-                    }
-                }
-            }
-            Ok(())
-        }
-        Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
-    }
-}
-
-fn load_kek(config: &Config) -> anyhow::Result<Kek> {
-    if let Some(text) = config::process_env("TESSERA_KEK") {
-        return Kek::from_base64(&text).context("TESSERA_KEK");
-    }
-    let path = match &config.kek_file {
-        Some(p) => p.clone(),
-        None if config.dev => config.data_dir.join("tessera-dev.kek"),
-        None => bail!("config error: keys.kek_file: no key-encryption key configured"),
-    };
-    if !path.exists() && config.dev {
-        let (kek, text) = Kek::generate();
-        write_private(&path, &text)?;
-        tracing::info!(path = %path.display(), "generated a development key-encryption key");
-        return Ok(kek);
-    }
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!(
-            "config error: keys.kek_file: cannot read {}",
-            path.display()
-        )
-    })?;
-    Kek::from_base64(&text)
-        .with_context(|| format!("config error: keys.kek_file: {}", path.display()))
-}
-
-/// The admin token's hash, generating (and showing once) a token in `--dev`.
-fn admin_token_hash(config: &Config) -> anyhow::Result<Option<String>> {
-    if let Some(path) = &config.admin_token_file {
-        if path.exists() {
-            let token = std::fs::read_to_string(path)
-                .with_context(|| format!("admin token file {}", path.display()))?;
-            let token = token.trim();
-            if !has_secret_shape(token, ADMIN_TOKEN_PREFIX) {
-                bail!(
-                    "config error: admin token file {} does not hold a tsr_adm_ token",
-                    path.display()
-                );
-            }
-            return Ok(Some(sha256_hex(token.as_bytes())));
-        }
-        if !config.dev {
-            bail!(
-                "config error: admin.token_file: {} does not exist",
-                path.display()
-            );
-        }
-        let token = new_secret(ADMIN_TOKEN_PREFIX);
-        write_private(path, token.expose_secret())?;
-        eprintln!("tessera: admin token written to {}", path.display());
-        return Ok(Some(secret_hash(&token)));
-    }
-    if config.dev {
-        let token = new_secret(ADMIN_TOKEN_PREFIX);
-        // Shown once, on the terminal of the person who started the dev broker.
-        eprintln!(
-            "tessera: development admin token (shown once): {}",
-            token.expose_secret()
-        );
-        return Ok(Some(secret_hash(&token)));
-    }
-    tracing::warn!("no admin token configured: the admin API is disabled");
-    Ok(None)
-}
-
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let overrides = Overrides {
         dev: args.dev,
@@ -175,54 +51,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let config = Config::load(args.config.as_deref(), &overrides, &config::process_env)?;
     init_logging();
-    match crate::server::rlimit::raise_open_files() {
-        Some((before, after)) if after > before => {
-            tracing::info!(
-                before,
-                after,
-                "raised the open-file limit to its hard limit"
-            )
-        }
-        Some((_, after)) => tracing::info!(open_files = after, "open-file limit"),
-        None => tracing::warn!("cannot read the open-file limit"),
-    }
-    if config.dev {
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
-    }
-    if let crate::config::StoreUrl::Sqlite(path) = &config.store {
-        create_private_file(path)?;
-    }
-    let kek = load_kek(&config)?;
-    let policy = PolicyEngine::load_dir(&config.policy_dir).map_err(|e| {
-        anyhow::anyhow!("policy in {} is invalid:\n{e}", config.policy_dir.display())
-    })?;
-    let admin = admin_token_hash(&config)?;
-    let listen = config.listen;
-    let clock = Clock::new();
-    let app = App::build(config, kek, policy, admin, clock).await?;
-    let jobs = crate::jobs::start(&app);
-
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("listen: cannot bind {listen}"))?;
-    let router = crate::api::router(app.clone());
-    let tls = match &app.config.tls {
-        Some(tls) => Some(crate::server::tls_config(tls)?),
-        None => None,
-    };
-    tracing::info!(addr = %listener.local_addr()?, store = ?app.config.store, tls = tls.is_some(),
-        mtls = app.config.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()), "tessera listening");
-    crate::server::serve(
-        listener,
-        router,
-        app.config.http.clone(),
-        tls,
-        shutdown_signal(),
-    )
-    .await?;
-    jobs.stop().await;
-    Ok(())
+    crate::boot::serve(config, shutdown_signal()).await
 }
 
 async fn shutdown_signal() {
