@@ -122,8 +122,7 @@ async fn runs_are_listed_by_runtime_user_and_state(app: TestApp) {
     let (a1, _) = app.start_run(&a, "alice", "summarize").await;
     let (a2, _) = app.start_run(&a, "bob", "summarize").await;
     let (b1, _) = app.start_run(&b, "alice", "summarize").await;
-    app.post(&format!("/v1/runs/{a2}/end"), Some(&a), Value::Null)
-        .await;
+    app.end_run(&a, &a2).await;
 
     let ids = |v: &Value| -> Vec<String> {
         v["runs"]
@@ -265,13 +264,7 @@ async fn the_sweeper_ends_expired_runs_once(app: TestApp) {
         .iter()
         .all(|c| c["state"] == "revoked"));
     // Ending it afterwards revokes nothing more.
-    let resp = app
-        .post(
-            &format!("/v1/runs/{short_run}/end"),
-            Some(&key),
-            Value::Null,
-        )
-        .await;
+    let resp = app.end_run(&key, &short_run).await;
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["revoked"]["capabilities"], 0);
     let resp = app
@@ -290,9 +283,7 @@ async fn pending_revocations_are_listed_for_the_admin_only(app: TestApp) {
         app.exchange(cap["token"].as_str().unwrap()).await.status(),
         StatusCode::OK
     );
-    let resp = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    let resp = app.end_run(&key, &run_id).await;
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["revoked"]["leases"], 1);
     assert_eq!(v["revoked"]["pending"], 0);

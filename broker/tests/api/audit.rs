@@ -31,8 +31,7 @@ async fn busy(app: &TestApp) {
         app.exchange(cap["token"].as_str().unwrap()).await;
     }
     let _ = app.capability(&token, "read", "svc-reports:secret").await;
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
 }
 
 async fn report(app: &TestApp) -> Value {

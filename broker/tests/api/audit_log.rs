@@ -28,8 +28,7 @@ async fn a_flow_is_recorded_with_attribution(app: TestApp) {
         .to_str()
         .unwrap()
         .to_owned();
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
 
     let rows = app.audit(&format!("run={run_id}")).await;
     let events: Vec<&str> = rows.iter().map(|r| r["event"].as_str().unwrap()).collect();

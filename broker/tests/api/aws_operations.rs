@@ -6,7 +6,7 @@ use crate::support::app::{assert_error, Db, Extra, TestApp};
 use crate::support::aws::{app, backend, broker_env, POLICY, REPORTS_2026};
 use crate::support::moto::{moto, s3, SessionKeys, BUCKET, EXTERNAL_ID, REVOKE_ROLE, ROLE};
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sts_refusals_and_throttling_are_clear_errors() {
@@ -104,9 +104,7 @@ async fn ending_a_run_denies_its_sessions_on_the_role_with_deny_revoked_runs() {
         SessionKeys::from_exchange(&app.exchange_ok(cap["token"].as_str().unwrap()).await);
     assert_eq!(s3(&doomed, "GET", &path, b"").await.0, 200);
 
-    let resp = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    let resp = app.end_run(&key, &run_id).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let settled = tessera_broker::jobs::revocation::run_once(&app.state)
         .await

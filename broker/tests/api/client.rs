@@ -94,12 +94,7 @@ async fn every_error_variant_comes_from_a_real_response() {
     }
 
     // The run ends: everything is over for it.
-    app.post(
-        &format!("/v1/runs/{run_id}/end"),
-        Some(&key),
-        serde_json::Value::Null,
-    )
-    .await;
+    app.end_run(&key, &run_id).await;
     match c.capability("read", "svc-reports:reports/q3").await {
         Err(Error::Expired { code, .. }) => assert_eq!(code, "run_ended"),
         other => panic!("{other:?}"),

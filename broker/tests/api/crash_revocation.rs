@@ -9,7 +9,6 @@ use crate::support::mysql::MyFixture;
 use crate::support::postgres::PgFixture;
 use nix::sys::signal::Signal;
 use reqwest::StatusCode;
-use serde_json::Value;
 use sqlx::{Connection, MySqlConnection, PgConnection};
 use std::time::{Duration, Instant};
 
@@ -109,9 +108,7 @@ async fn crash_at(db: Db, point: &str, stop: Stop) -> Duration {
     let mut first: ProcessBroker = app.process(&[("TESSERA_FAILPOINTS", &action)]).await;
     let in_process = app.addr;
     app.addr = first.addr;
-    let resp = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    let resp = app.end_run(&key, &run_id).await;
     assert_eq!(resp.status(), StatusCode::OK);
     first
         .logged(&format!("failpoint {point}"), Duration::from_secs(20))

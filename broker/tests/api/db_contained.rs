@@ -227,9 +227,7 @@ async fn lock_exclusive(admin: &PgPool, timeout: &str) -> bool {
 }
 
 async fn end_run(app: &TestApp, key: &str, run_id: &str) {
-    let resp = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(key), Value::Null)
-        .await;
+    let resp = app.end_run(key, run_id).await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
@@ -573,8 +571,7 @@ async fn pg17_ten_thousand_live_users_on_one_table() {
         conn.close().await.unwrap();
     }
     let started = std::time::Instant::now();
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     assert_eq!(
         tessera_broker::jobs::revocation::run_once(&app.state)
             .await

@@ -28,9 +28,7 @@ async fn select(conn: &mut MySqlConnection, table: &str) -> Result<i64, sqlx::Er
 }
 
 async fn end_run(app: &TestApp, key: &str, run_id: &str) {
-    let resp = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(key), Value::Null)
-        .await;
+    let resp = app.end_run(key, run_id).await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
@@ -446,8 +444,7 @@ async fn my_accounts_use_the_configured_host_and_are_removed_under_it() {
         .await
         .unwrap();
     assert_eq!(select(&mut conn, &fx.table("granted")).await.unwrap(), 1);
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     assert_eq!(
         tessera_broker::jobs::revocation::run_once(&app.state)
             .await

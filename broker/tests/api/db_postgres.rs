@@ -194,8 +194,7 @@ async fn pg_issued_user_gets_exactly_one_grant() {
     ));
     conn.close().await.unwrap();
 
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&_key), Value::Null)
-        .await;
+    app.end_run(&_key, &run_id).await;
     assert_eq!(
         tessera_broker::jobs::revocation::run_once(&app.state)
             .await
@@ -226,9 +225,7 @@ async fn pg_run_end_removes_user_and_cuts_sessions(_plain: TestApp) {
         .await
         .unwrap();
 
-    let resp = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    let resp = app.end_run(&key, &run_id).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(
         tessera_broker::jobs::revocation::run_once(&app.state)
@@ -375,8 +372,7 @@ async fn pg_fifty_parallel_exchanges_get_distinct_working_users() {
         );
         conn.close().await.unwrap();
     }
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     assert_eq!(
         tessera_broker::jobs::revocation::run_once(&app.state)
             .await
@@ -478,8 +474,7 @@ async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
         "only the first lease is live; the failed one is not"
     );
 
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     assert_eq!(
         tessera_broker::jobs::revocation::run_once(&app.state)
             .await
@@ -559,8 +554,7 @@ async fn pg_revocation_survives_restart(plain: TestApp) {
         .await;
     let v = app.exchange_ok(&cap).await;
     let user = v["username"].as_str().unwrap().to_owned();
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     // The broker stops before its worker ran: the user is still there...
     let app = app.restart().await;
     assert!(fx.role_exists(&user).await);
@@ -674,8 +668,7 @@ async fn pg_all_tables_only_by_an_explicit_permit() {
         ));
         conn.close().await.unwrap();
     }
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     assert_eq!(
         tessera_broker::jobs::revocation::run_once(&app.state)
             .await
@@ -710,8 +703,7 @@ async fn pg_least_privileged_broker_account_suffices() {
         .await;
     let resp = app.exchange(other["token"].as_str().unwrap()).await;
     assert!(resp.status().is_server_error() || resp.status().is_client_error());
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     assert_eq!(
         tessera_broker::jobs::revocation::run_once(&app.state)
             .await
@@ -769,8 +761,7 @@ async fn pg_insert_covers_the_tables_own_sequences() {
     .unwrap();
     assert_eq!(count, 2);
     // Removal revokes the sequence grants it made, with only the grant option.
-    app.post(&format!("/v1/runs/{_run}/end"), Some(&_key), Value::Null)
-        .await;
+    app.end_run(&_key, &_run).await;
     assert_eq!(
         tessera_broker::jobs::revocation::run_once(&app.state)
             .await
@@ -813,8 +804,7 @@ async fn pg_users_that_own_objects_are_removed_with_their_batch() {
         .execute(&mut sessions[3])
         .await
         .unwrap();
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     let started = std::time::Instant::now();
     let done = tessera_broker::jobs::revocation::run_once(&app.state)
         .await

@@ -57,12 +57,7 @@ async fn exchange_mints_an_audience_restricted_token_that_dies_with_the_run(app:
     assert_eq!(cap_live["uses_left"], 2);
     assert_eq!(app.count("leases").await, 1);
 
-    let end: Value = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let end: Value = app.end_run(&key, &run_id).await.json().await.unwrap();
     assert_eq!(end["revoked"]["leases"], 1);
     assert_eq!(
         app.introspect(&key, at).await,
@@ -170,8 +165,7 @@ async fn ended_run_capability_cannot_be_exchanged(app: TestApp) {
     let cap = app
         .capability_ok(&token, "read", "svc-reports:reports/q1")
         .await;
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     assert_error(
         app.exchange(cap["token"].as_str().unwrap()).await,
         StatusCode::FORBIDDEN,

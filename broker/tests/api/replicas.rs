@@ -75,12 +75,7 @@ async fn replicas_share_one_postgres() {
     let from_a = a
         .capability_ok(&token, "read", "svc-reports:reports/q2")
         .await;
-    let end: Value = b
-        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let end: Value = b.end_run(&key, &run_id).await.json().await.unwrap();
     assert_eq!(end["revoked"]["capabilities"], 2);
     assert_error(
         a.capability(&token, "read", "svc-reports:reports/q3").await,

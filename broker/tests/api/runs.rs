@@ -36,20 +36,10 @@ async fn run_lifecycle_and_idempotent_end(app: TestApp) {
     );
     assert_eq!(view["capabilities"][0]["state"], "active");
 
-    let end: Value = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let end: Value = app.end_run(&key, &run_id).await.json().await.unwrap();
     assert_eq!(end["run_id"], run_id.as_str());
     assert_eq!(end["revoked"]["capabilities"], 1);
-    let again: Value = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let again: Value = app.end_run(&key, &run_id).await.json().await.unwrap();
     assert_eq!(
         again["revoked"]["capabilities"], 0,
         "nothing is revoked twice"
@@ -133,8 +123,7 @@ async fn runtimes_cannot_see_or_end_each_others_runs(app: TestApp) {
     )
     .await;
     assert_error(
-        app.post(&format!("/v1/runs/{run_a}/end"), Some(&key_b), Value::Null)
-            .await,
+        app.end_run(&key_b, &run_a).await,
         StatusCode::NOT_FOUND,
         "not_found",
     )
@@ -262,12 +251,7 @@ async fn no_capability_outlives_a_concurrent_run_end(app: TestApp) {
     }
     // Let some requests get in flight before the end.
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let end: Value = app
-        .post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let end: Value = app.end_run(&key, &run_id).await.json().await.unwrap();
     let mut issued = Vec::new();
     for t in tasks {
         let (status, body) = t.await.unwrap();

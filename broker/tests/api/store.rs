@@ -23,8 +23,7 @@ async fn audit_chain_links_every_decision(app: TestApp) {
         .await;
     let _ = app.capability(&token, "read", "svc-reports:secret").await;
     app.exchange(cap["token"].as_str().unwrap()).await;
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     let events = verify_audit_chain(&app).await;
     for e in [
         "key.created",
@@ -50,8 +49,7 @@ async fn no_secret_is_stored_or_audited(app: TestApp) {
         .json()
         .await
         .unwrap();
-    app.post(&format!("/v1/runs/{run_id}/end"), Some(&key), Value::Null)
-        .await;
+    app.end_run(&key, &run_id).await;
     let secrets = [
         key.clone(),
         token.clone(),

@@ -169,8 +169,7 @@ async fn one_run_cannot_touch_another(app: TestApp) {
         true
     );
     assert_error(
-        app.post(&format!("/v1/runs/{run_b}/end"), Some(&key_a), Value::Null)
-            .await,
+        app.end_run(&key_a, &run_b).await,
         StatusCode::NOT_FOUND,
         "not_found",
     )

@@ -489,6 +489,12 @@ impl TestApp {
         v
     }
 
+    /// `POST /v1/runs/{run_id}/end` as the runtime holding `key`.
+    pub async fn end_run(&self, key: &str, run_id: &str) -> Response {
+        self.post(&format!("/v1/runs/{run_id}/end"), Some(key), Value::Null)
+            .await
+    }
+
     /// Exchanges a capability that must be exchanged; returns the response body.
     pub async fn exchange_ok<T: CapabilityToken + ?Sized>(&self, cap: &T) -> Value {
         let resp = self.exchange(cap.token()).await;
