@@ -916,6 +916,39 @@ async fn counting_listener(
     (port, seen)
 }
 
+type Counter = std::sync::Arc<std::sync::atomic::AtomicUsize>;
+
+/// A loopback proxy that answers 502 and counts who reached it, and the proxy
+/// variables (sandboxes often set them) that name it.
+async fn counting_proxy() -> (Vec<(&'static str, String)>, Counter) {
+    let (port, seen) =
+        counting_listener("HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n".into()).await;
+    let url = format!("http://127.0.0.1:{port}");
+    let vars = [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "all_proxy",
+    ]
+    .into_iter()
+    .map(|v| (v, url.clone()))
+    .collect();
+    (vars, seen)
+}
+
+/// A loopback address that answers 307 to `path` on a second listener, and
+/// that listener's count (a followed redirect would reach it).
+async fn redirect_to(path: &str) -> (String, Counter) {
+    let (target, targeted) =
+        counting_listener("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".into()).await;
+    let (redirector, _) = counting_listener(format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{target}{path}\r\ncontent-length: 0\r\n\r\n"
+    ))
+    .await;
+    (format!("http://127.0.0.1:{redirector}"), targeted)
+}
+
 /// Client commands send the run token only to the broker, never through a
 /// proxy the environment names, never to where a redirect points, and never in
 /// clear to a host off this machine (issue 22, items 6–8).
@@ -938,20 +971,9 @@ async fn clients_send_the_token_to_the_broker_only() {
     };
 
     // Proxy variables, as sandboxes often set them: not used for the broker.
-    let (proxy, proxied) =
-        counting_listener("HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n".into()).await;
-    let proxy_url = format!("http://127.0.0.1:{proxy}");
+    let (vars, proxied) = counting_proxy().await;
     let mut cmd = sandbox_cmd(&broker, &token_file);
-    for var in [
-        "HTTP_PROXY",
-        "http_proxy",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
-        cmd.env(var, &proxy_url);
-    }
-    cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+    cmd.envs(vars).env_remove("NO_PROXY").env_remove("no_proxy");
     let out = capability(&mut cmd);
     assert!(
         out.status.success(),
@@ -965,16 +987,8 @@ async fn clients_send_the_token_to_the_broker_only() {
     );
 
     // A redirect is not followed: the capability request is not re-sent.
-    let (target, targeted) =
-        counting_listener("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".into()).await;
-    let (redirector, _) = counting_listener(format!(
-        "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{target}/v1/capabilities\r\ncontent-length: 0\r\n\r\n"
-    ))
-    .await;
-    let out = capability(
-        sandbox_cmd(&broker, &token_file)
-            .env("TESSERA_ADDR", format!("http://127.0.0.1:{redirector}")),
-    );
+    let (redirector, targeted) = redirect_to("/v1/capabilities").await;
+    let out = capability(sandbox_cmd(&broker, &token_file).env("TESSERA_ADDR", &redirector));
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("redirect"),
@@ -1796,13 +1810,7 @@ async fn admin_commands_send_the_admin_token_to_the_broker_only() {
         }
         cmd.output().unwrap()
     };
-    let (proxy, proxied) =
-        counting_listener("HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n".into()).await;
-    let proxy_url = format!("http://127.0.0.1:{proxy}");
-    let vars: Vec<(&str, String)> = ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"]
-        .into_iter()
-        .map(|v| (v, proxy_url.clone()))
-        .collect();
+    let (vars, proxied) = counting_proxy().await;
     let out = admin(&broker.addr, &vars);
     assert!(
         out.status.success(),
@@ -1815,13 +1823,8 @@ async fn admin_commands_send_the_admin_token_to_the_broker_only() {
         "the proxy saw the admin token"
     );
 
-    let (target, targeted) =
-        counting_listener("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".into()).await;
-    let (redirector, _) = counting_listener(format!(
-        "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{target}/v1/admin/runtimes\r\ncontent-length: 0\r\n\r\n"
-    ))
-    .await;
-    let out = admin(&format!("http://127.0.0.1:{redirector}"), &[]);
+    let (redirector, targeted) = redirect_to("/v1/admin/runtimes").await;
+    let out = admin(&redirector, &[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("redirect"));
     assert_eq!(
