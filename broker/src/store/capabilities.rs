@@ -472,6 +472,10 @@ async fn supersede(
             }
         }
     }
+    if last.is_empty() {
+        // The usual batch: no slot, nothing to read.
+        return Ok(());
+    }
     let q = ctx.sql(
         "SELECT id FROM capabilities WHERE run_id = $1 AND slot = $2 AND id <> $3 AND revoked_at IS NULL",
     );
