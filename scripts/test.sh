@@ -2,12 +2,16 @@
 # The whole test suite: unit, property and end-to-end tests against real SQLite,
 # real PostgreSQL and MariaDB, private PostgreSQL 15 and 17 clusters (started by
 # the tests, scripts/postgres.sh), moto (AWS STS/IAM/S3 on loopback, started by the tests),
-# then the shipped policies must validate.
+# then the shipped policies must validate, then schemathesis checks a live broker
+# against the OpenAPI document it generates, once per credential kind
+# (scripts/schemathesis.sh; MAX_TIME seconds each, default 40).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
 scripts/moto.sh install
 scripts/postgres.sh install
+scripts/schemathesis.sh install
 cargo test --workspace --locked
 cargo run --locked -q --bin tessera -- policy check policy
 cargo run --locked -q --bin tessera -- policy test policy
+scripts/schemathesis.sh run

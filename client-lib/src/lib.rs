@@ -33,12 +33,15 @@
 //!
 //! [`types`] holds the wire types of the broker's HTTP API; the broker depends on
 //! this crate with default features off and gets only those, so both sides share
-//! one definition. Feature `aws` adds [`aws::TesseraCredentials`], an AWS SDK
+//! one definition (feature `openapi` adds their OpenAPI schemas, from which the
+//! broker generates its document). Feature `aws` adds [`aws::TesseraCredentials`], an AWS SDK
 //! credentials provider.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod error_code;
+#[cfg(feature = "openapi")]
+pub mod schema;
 pub mod types;
 
 #[cfg(feature = "client")]

@@ -6,14 +6,25 @@
 //! of a silently ignored constraint.
 
 pub use crate::error_code::ErrorCode;
+#[cfg(feature = "openapi")]
+pub use crate::schema::DurationSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The task a run is started for.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Task {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)
+    )]
     pub id: String,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[a-z0-9._:-]{1,64}$", min_length = 1, max_length = 64)
+    )]
     pub kind: String,
     #[serde(default)]
     pub attributes: BTreeMap<String, String>,
@@ -21,21 +32,46 @@ pub struct Task {
 
 /// `POST /v1/runs` body (runtime credential).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateRunRequest {
+    /// The user the run acts for.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[A-Za-z0-9._@+-]{1,128}$",
+            min_length = 1,
+            max_length = 128
+        )
+    )]
     pub user: String,
     pub task: Task,
+    /// Run lifetime; defaults to the server's default run ttl; at most the server's maximum run ttl. `null` is the same as leaving it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub ttl: Option<String>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 32))]
     pub labels: Vec<String>,
 }
 
 /// `POST /v1/runs` response. The run token is shown exactly once.
 #[derive(Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreateRunResponse {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub run_id: String,
+    /// The run token, shown exactly once.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^tsr_run_[A-Za-z0-9_-]{43}$"))]
     pub run_token: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub expires_at: String,
 }
 
@@ -51,33 +87,65 @@ impl std::fmt::Debug for CreateRunResponse {
 
 /// `POST /v1/capabilities` body (run token).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CapabilityRequest {
+    /// Printable ASCII; must be valid for the backend kind (for `token` backends: 1-64 of `[a-z0-9_.-]` starting with a letter) and declared in the policy schema.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 64, example = "read")
+    )]
     pub action: String,
+    /// `BACKEND:PATH`. For `token` backends the path is 1-256 of `[A-Za-z0-9._~/@+=-]` plus `*`, with no empty, `.` or `..` segment and no `**`. A path with a wildcard (`*` for every kind, for databases only as the whole table part; `?` in `aws-sts` ARNs) names a set of resources.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[a-z][a-z0-9-]{0,62}:.+$",
+            max_length = 512,
+            example = "svc-reports:reports/q1"
+        )
+    )]
     pub resource: String,
+    /// Requested lifetime; the effective ttl is the minimum of this, the policy's `@ttl` (or the server default), the server maximum and the run's remaining lifetime. `null` is the same as leaving it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub ttl: Option<String>,
-    /// Lapse unless renewed within this long (`POST /v1/capabilities/renew`),
-    /// e.g. `15s`: a holder that dies without revoking loses the capability
-    /// (leases and downstream users included) soon after.
+    /// Lapse unless renewed (`POST /v1/capabilities/renew`) within this long, 2s to 3600s. A lapsed capability is refused at once (`capability_lapsed`) and revoked by the broker's sweeper with its leases and their downstream objects: what a holder that may be killed before it can revoke (`tessera exec`) asks for. `null` is the same as leaving it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<DurationSchema>))]
     pub hold: Option<String>,
-    /// Issuing this capability revokes the run's earlier live ones asked for
-    /// in the same slot (1-640 printable ASCII characters, no space): for a
-    /// helper called again and again for the same grant.
+    /// Issuing this capability revokes (reason `superseded`, one `capability.revoked` row each) the run's earlier live capabilities asked for in the same slot, in the same transaction: a helper called again and again for the same grant (`tessera credential-process`) keeps one live capability, not one per call. `null` is the same as leaving it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[!-~]+$", min_length = 1, max_length = 640)
+    )]
     pub slot: Option<String>,
 }
 
 /// `POST /v1/capabilities` 201 response.
 #[derive(Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CapabilityResponse {
+    /// The capability's `jti`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub capability_id: String,
+    /// The capability: a compact JWS (EdDSA, `typ` `tsr-cap+jwt`) with the claims of `CapabilityClaims`.
     pub token: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub expires_at: String,
+    /// How many exchanges it allows.
     pub uses: u32,
-    /// When the hold lapses unless renewed (only with a hold).
+    /// With a hold: when it lapses unless renewed (RFC 3339 UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub lapses_at: Option<String>,
 }
 
@@ -95,8 +163,10 @@ impl std::fmt::Debug for CapabilityResponse {
 
 /// `POST /v1/exchange` body: the capability is the credential.
 #[derive(Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExchangeRequest {
+    /// The capability token (JWT) from `POST /v1/capabilities`.
     pub capability: String,
 }
 
@@ -109,10 +179,24 @@ impl std::fmt::Debug for ExchangeRequest {
 /// `POST /v1/exchange` 200 response: `kind` names the backend kind, the other
 /// fields are the backend's own (for `token`: `token`, `audience`, `token_type`).
 #[derive(Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExchangeResponse {
+    /// Backend kind. Currently always `token`.
+    #[cfg_attr(feature = "openapi", schema(example = "token"))]
     pub kind: String,
+    /// The lease id; for `token` backends also the access token's `jti`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub lease_id: String,
+    /// When the downstream credential expires (with the capability).
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub expires_at: String,
+    /// Exchanges the capability still allows.
     pub uses_left: u32,
     #[serde(flatten)]
     pub fields: BTreeMap<String, serde_json::Value>,
@@ -132,8 +216,10 @@ impl std::fmt::Debug for ExchangeResponse {
 
 /// `POST /v1/introspect` body.
 #[derive(Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct IntrospectRequest {
+    /// A capability or an access token minted by a `token` backend.
     pub token: String,
 }
 
@@ -145,29 +231,49 @@ impl std::fmt::Debug for IntrospectRequest {
 
 /// `POST /v1/runs/{id}/end` response: what this call revoked (zero on a repeat).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EndRunResponse {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub run_id: String,
     pub revoked: RevokedCounts,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RevokedCounts {
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, format = "uint64"))]
     pub capabilities: u64,
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, format = "uint64"))]
     pub leases: u64,
+    /// Pending approvals cancelled (always 0: this broker does not offer approvals yet).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, format = "uint64"))]
     pub pending: u64,
 }
 
 /// `POST /v1/capabilities/renew` body (run token): the held capabilities to renew.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RenewHoldsRequest {
+    /// Capabilities of this run, asked for with a hold, to renew.
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 100))]
     pub capability_ids: Vec<String>,
 }
 
 /// One renewed hold.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RenewedHold {
+    #[cfg_attr(feature = "openapi", schema(format = "uuid"))]
     pub capability_id: String,
+    /// The hold's new lapse time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub lapses_at: String,
 }
 
@@ -176,6 +282,7 @@ pub struct RenewedHold {
 /// capability was revoked or expired, was issued without a hold, or is not
 /// this run's).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RenewHoldsResponse {
     pub renewed: Vec<RenewedHold>,
     pub lapsed: Vec<String>,
@@ -183,7 +290,15 @@ pub struct RenewHoldsResponse {
 
 /// `POST /v1/capabilities/{id}/revoke` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RevokeCapabilityResponse {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub capability_id: String,
     /// False when the capability was already revoked (or its run already ended).
     pub revoked: bool,
@@ -191,42 +306,100 @@ pub struct RevokeCapabilityResponse {
 
 /// One capability as listed in `GET /v1/runs/{id}` (no token: it is never stored).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CapabilitySummary {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub capability_id: String,
     pub action: String,
     pub resource: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub issued_at: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub expires_at: String,
     pub uses: u32,
     pub uses_left: u32,
+    /// RFC 3339 UTC time, or null.
+    #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub revoked_at: Option<String>,
+    /// `revoked` if revoked; else `inactive` if the run is no longer active; else `expired`, `exhausted` (no uses left) or `active`.
     pub state: String,
 }
 
 /// One downstream lease as listed in `GET /v1/runs/{id}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseSummary {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub lease_id: String,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub capability_id: String,
+    /// Backend instance name.
     pub backend: String,
+    /// Backend kind, e.g. `token`.
     pub kind: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub created_at: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub expires_at: String,
+    /// RFC 3339 UTC time, or null.
+    #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub revoked_at: Option<String>,
 }
 
 /// `GET /v1/runs/{id}` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunView {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub run_id: String,
     pub user: String,
     pub task: Task,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub runtime_id: String,
     pub labels: Vec<String>,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub created_at: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub expires_at: String,
+    /// RFC 3339 UTC time, or null.
+    #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub ended_at: Option<String>,
-    /// `active`, `ended` or `expired`.
     pub state: String,
     pub capabilities: Vec<CapabilitySummary>,
     pub leases: Vec<LeaseSummary>,
@@ -234,26 +407,38 @@ pub struct RunView {
 
 /// `POST /v1/admin/runtimes` body.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateRuntimeRequest {
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9][a-z0-9._-]{0,62}$"))]
     pub name: String,
-    /// Comma-separated globs of users the runtime may start runs for.
+    /// Comma-separated globs of users the runtime may start runs for. `null` is the same as leaving it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub users: Option<String>,
-    /// Comma-separated globs of task kinds the runtime may start runs for.
+    /// Comma-separated globs of task kinds the runtime may start runs for. `null` is the same as leaving it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_kinds: Option<String>,
-    /// Pins the runtime to one TLS client certificate: SHA-256 (lowercase hex) of
-    /// its DER encoding. Its key is then accepted only on connections presenting it.
+    /// Pins the runtime to one TLS client certificate: SHA-256 (lowercase hex) of its DER encoding. Its key is then accepted only on mTLS connections presenting exactly this certificate. `null` is the same as leaving it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
     pub client_cert_sha256: Option<String>,
 }
 
 /// `POST /v1/admin/runtimes` response: the key is shown exactly once.
 #[derive(Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreateRuntimeResponse {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub id: String,
     pub name: String,
+    /// The runtime API key, shown exactly once.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^tsr_rt_[A-Za-z0-9_-]{43}$"))]
     pub key: String,
     pub users: String,
     pub task_kinds: String,
@@ -271,65 +456,109 @@ impl std::fmt::Debug for CreateRuntimeResponse {
 
 /// One runtime in `GET /v1/admin/runtimes` (no key: only its hash is kept).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Runtime {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub id: String,
     pub name: String,
     pub users: String,
     pub task_kinds: String,
+    /// SHA-256 of the client certificate the runtime is pinned to, if any.
     pub client_cert_sha256: Option<String>,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub created_at: String,
+    /// RFC 3339 UTC time, or null.
+    #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub disabled_at: Option<String>,
 }
 
 /// `GET /v1/admin/runtimes` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RuntimeList {
     pub runtimes: Vec<Runtime>,
 }
 
 /// One signing key in `GET /v1/admin/keys` (the public half's id only).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyInfo {
     pub kid: String,
-    /// `active` signs; `published` is retired but still in the JWKS;
-    /// `expired` is no longer published.
+    /// `active` signs; `published` is retired but still in the JWKS; `expired` is no longer published.
     pub state: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub created_at: String,
+    /// RFC 3339 UTC time, or null.
+    #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub retired_at: Option<String>,
+    /// RFC 3339 UTC time, or null.
+    #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub publish_until: Option<String>,
 }
 
 /// `GET /v1/admin/keys` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyList {
     pub keys: Vec<KeyInfo>,
 }
 
 /// One downstream removal not yet confirmed, in `GET /v1/admin/leases`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PendingRevocation {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub lease_id: String,
     pub backend: String,
     /// The downstream object to remove (e.g. a database user name).
     pub downstream_ref: String,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(example = "run_ended"))]
     pub reason: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub queued_at: String,
     pub attempts: i64,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub next_attempt_at: String,
-    /// Failed at least three times.
+    /// Failed 3 or more times.
     pub stuck: bool,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_error: Option<String>,
 }
 
 /// `GET /v1/admin/leases` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PendingRevocationList {
     pub revocations: Vec<PendingRevocation>,
 }
 
 /// `GET /healthz` and `GET /readyz` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HealthResponse {
     /// `ok` (the process is up) or `ready` (and its store answers).
     pub status: String,
@@ -337,90 +566,163 @@ pub struct HealthResponse {
 
 /// `POST /v1/admin/keys/rotate` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RotateKeyResponse {
+    /// The new active key id.
     pub kid: String,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub previous_kid: Option<String>,
-    /// Until when the previous key stays published in the JWKS.
+    /// Until when the previous key stays published in the JWKS (null if there was none).
+    #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub previous_published_until: Option<String>,
 }
 
 /// `POST /v1/admin/runtimes/{name}/disable` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DisableRuntimeResponse {
     pub name: String,
     /// False when the runtime was already disabled.
     pub disabled: bool,
-    /// Runs of this runtime that were still open and are now ended.
+    /// Open runs of the runtime that were ended by this call.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
     pub runs_ended: u64,
     pub revoked: RevokedCounts,
 }
 
 /// One run in `GET /v1/admin/runs`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunSummary {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub run_id: String,
     pub user: String,
     pub task: Task,
+    /// Name of the runtime that started the run.
     pub runtime: String,
     pub labels: Vec<String>,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub created_at: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub expires_at: String,
+    /// RFC 3339 UTC time, or null.
+    #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub ended_at: Option<String>,
-    /// `active`, `ended` or `expired`.
     pub state: String,
 }
 
 /// `GET /v1/admin/runs` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunList {
     pub runs: Vec<RunSummary>,
     /// Pass as `after` for the next page; null on the last page.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub next_cursor: Option<String>,
 }
 
 /// `POST /v1/admin/policy/reload` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PolicyReloadResponse {
     /// Policies now in force.
     pub policies: usize,
     /// SHA-256 over the policy files that were loaded.
     pub sha256: String,
-    /// Live capabilities the new policy no longer grants, revoked by this reload.
+    /// Live capabilities (not revoked, not expired, their run open) that the new policy set would no longer issue; each was revoked with its leases by this reload.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub revoked: usize,
 }
 
 /// Every error the broker returns: `{"error": {"code", "message", "request_id"}}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorDetail {
+    #[cfg_attr(feature = "openapi", schema(value_type = ErrorCode))]
     pub code: String,
+    /// Human-readable message, safe to show to an untrusted sandbox; internal causes are never echoed.
     pub message: String,
+    /// The request id, also sent in the `X-Request-Id` header; the broker log and audit rows carry it.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^req_[0-9a-f]{24}$",
+            example = "req_3f2a9c0d1e4b5a6978c0d1e2"
+        )
+    )]
     pub request_id: String,
 }
 
 /// The claims of a capability token (`typ` `tsr-cap+jwt`): what the broker
 /// signs, and what `POST /v1/introspect` returns for a live one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CapabilityClaims {
+    /// The broker's issuer.
     pub iss: String,
+    /// `<issuer>/capabilities`.
     pub aud: String,
+    /// The user.
     pub sub: String,
+    /// The capability id.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub jti: String,
+    /// Unix seconds.
     pub iat: i64,
+    /// Unix seconds.
     pub nbf: i64,
+    /// Unix seconds.
     pub exp: i64,
+    /// The run id.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub run: String,
+    /// The task id.
     pub task: String,
+    /// The runtime id.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub rt: String,
+    /// The action.
     pub act: String,
+    /// The resource, `BACKEND:PATH`.
     pub res: String,
+    /// Maximum exchanges.
     pub uses: u32,
+    /// Optional proof-of-possession confirmation (e.g. `jkt`); absent when not bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cnf: Option<serde_json::Value>,
 }
@@ -428,24 +730,47 @@ pub struct CapabilityClaims {
 /// The claims of an access token from a `token` backend (`typ` `at+jwt`,
 /// RFC 9068).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AccessTokenClaims {
     pub iss: String,
+    /// The backend's audience.
     pub aud: String,
+    /// The user.
     pub sub: String,
+    /// The lease id.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub jti: String,
     pub iat: i64,
     pub nbf: i64,
+    /// Unix seconds; equals the capability's `exp`.
     pub exp: i64,
+    /// `tessera-run:<run id>`.
     pub client_id: String,
+    /// The capability's action.
     pub scope: String,
+    /// The path part of the capability's resource.
     pub resource: String,
     pub act: Actor,
     /// The capability this token was exchanged for.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
     pub cap: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Actor {
     pub sub: String,
@@ -454,6 +779,7 @@ pub struct Actor {
 /// `POST /v1/introspect` response: `{"active": false}` for anything that is
 /// not a live token this caller may see, or the live token's claims.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum IntrospectResponse {
     Capability(CapabilityIntrospection),
@@ -469,17 +795,19 @@ impl IntrospectResponse {
 
 /// A token that is not live (or not this caller's): nothing else is said.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct InactiveIntrospection {
     pub active: bool,
 }
 
 /// A live capability: its claims, and the uses it has left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CapabilityIntrospection {
     pub active: bool,
-    /// `capability`.
     pub token_type: String,
-    /// Its action.
+    /// The capability's action (`act`).
     pub scope: String,
     pub uses_left: u32,
     #[serde(flatten)]
@@ -488,12 +816,144 @@ pub struct CapabilityIntrospection {
 
 /// A live access token of a `token` backend: its claims.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AccessTokenIntrospection {
     pub active: bool,
-    /// `access_token`.
     pub token_type: String,
     #[serde(flatten)]
     pub claims: AccessTokenClaims,
+}
+
+/// `GET /.well-known/jwks.json`: the public keys that verify Tessera tokens
+/// (the active key and retired ones still within their publication window).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Jwks {
+    pub keys: Vec<Jwk>,
+}
+
+/// One Ed25519 public key (RFC 8037): `kty` `OKP`, `crv` `Ed25519`, `use`
+/// `sig`, `alg` `EdDSA`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Jwk {
+    /// `OKP`.
+    pub kty: String,
+    /// `Ed25519`.
+    pub crv: String,
+    /// The public key, base64url without padding.
+    pub x: String,
+    /// Key id (RFC 7638 thumbprint).
+    pub kid: String,
+    /// `sig`.
+    #[serde(rename = "use")]
+    pub use_: String,
+    /// `EdDSA`.
+    pub alg: String,
+}
+
+/// `GET /v1/admin/runs` query.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct RunListQuery {
+    /// Only runs of this runtime (name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Only runs for this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// `open` (not yet ended; the default), `ended` or `all`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Run id cursor from `next_cursor`.
+    #[cfg_attr(
+        feature = "openapi",
+        param(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Page size, 1-1000 (default 100).
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+/// `GET /v1/admin/audit` query.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// Only rows about this run id.
+    #[cfg_attr(
+        feature = "openapi",
+        param(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// Only rows about this capability id.
+    #[cfg_attr(
+        feature = "openapi",
+        param(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<String>,
+    /// Only rows for this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// An event name, or a family such as `capability.*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// allow, deny or error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// Rows committed at or after this time.
+    #[cfg_attr(feature = "openapi", param(format = DateTime))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Rows committed before this time.
+    #[cfg_attr(feature = "openapi", param(format = DateTime))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Rows with a greater sequence number (ascending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<i64>,
+    /// Rows with a smaller sequence number (descending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<i64>,
+    /// asc (default) or desc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
+    /// Page size, 1-1000 (default 100).
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+/// `GET /v1/admin/leases` query.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct PendingRevocationsQuery {
+    /// Only revocations that failed 3 or more times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<bool>,
+    /// 1-1000 (default 100).
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
 }
 
 #[cfg(test)]

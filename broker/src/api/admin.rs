@@ -1,6 +1,7 @@
 //! `/v1/admin/…`: runtimes and signing keys, for the administrator only.
 
 use super::extract::{AdminCaller, ApiJson, RequestId};
+use crate::api::openapi::{refusals, RuntimeNamePath};
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
 use crate::clock::rfc3339;
@@ -38,7 +39,32 @@ fn scope(field: &'static str, value: Option<&str>) -> Result<GlobList, ApiError>
     })
 }
 
-/// `POST /v1/admin/runtimes`
+refusals!(CreateRuntimeRefusals {
+    400 => [InvalidRequest, InvalidJson, InvalidName, InvalidScope, InvalidCertificatePin],
+    401 => [Unauthenticated],
+    409 => [Conflict],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Create a runtime
+///
+/// Registers a runtime and mints its API key (`tsr_rt_…`), shown exactly once; only its SHA-256
+/// is stored. `users` and `task_kinds` default to `*`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/runtimes",
+    operation_id = "createRuntime",
+    tags = ["admin"],
+    security(("adminToken" = [])),
+    request_body(content = CreateRuntimeRequest, example = json!({"name": "orchestrator", "users": "alice,bob", "task_kinds": "summarize,report-*"})),
+    responses(
+        (status = 201, description = "Runtime created.", body = CreateRuntimeResponse),
+        CreateRuntimeRefusals,
+    ),
+)]
 pub async fn create_runtime(
     State(app): State<AppState>,
     _admin: AdminCaller,
@@ -125,7 +151,26 @@ pub async fn create_runtime(
     }
 }
 
-/// `GET /v1/admin/runtimes`
+refusals!(ListRuntimesRefusals {
+    401 => [Unauthenticated],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// List runtimes
+///
+/// Every runtime, ordered by name. Keys are never returned.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/runtimes",
+    operation_id = "listRuntimes",
+    tags = ["admin"],
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "Runtimes.", body = RuntimeList),
+        ListRuntimesRefusals,
+    ),
+)]
 pub async fn list_runtimes(
     State(app): State<AppState>,
     _admin: AdminCaller,
@@ -146,8 +191,30 @@ pub async fn list_runtimes(
     Ok(Json(RuntimeList { runtimes }))
 }
 
-/// `POST /v1/admin/runtimes/{name}/disable`: the key stops working and every
-/// open run of the runtime is ended, with everything in it revoked.
+refusals!(DisableRuntimeRefusals {
+    401 => [Unauthenticated],
+    404 => [NotFound],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Disable a runtime
+///
+/// The runtime's key stops working at once, and every run it started that has not ended is
+/// ended with everything in it revoked (one `run.ended` audit row each, reason
+/// `runtime_disabled`). A repeat changes nothing and answers `disabled: false`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/runtimes/{name}/disable",
+    operation_id = "disableRuntime",
+    tags = ["admin", "runtimes"],
+    security(("adminToken" = [])),
+    params(RuntimeNamePath),
+    responses(
+        (status = 200, description = "What was disabled and revoked.", body = DisableRuntimeResponse),
+        DisableRuntimeRefusals,
+    ),
+)]
 pub async fn disable_runtime(
     State(app): State<AppState>,
     _admin: AdminCaller,
@@ -177,7 +244,28 @@ pub async fn disable_runtime(
     }))
 }
 
-/// `POST /v1/admin/keys/rotate`
+refusals!(RotateKeyRefusals {
+    401 => [Unauthenticated],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Rotate the signing key
+///
+/// Generates a new active Ed25519 signing key and retires the previous one, which stays
+/// published in the JWKS for the longest capability ttl plus 60 seconds so that tokens it
+/// signed still verify. No request body.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/keys/rotate",
+    operation_id = "rotateKey",
+    tags = ["admin", "keys"],
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "Key rotated.", body = RotateKeyResponse),
+        RotateKeyRefusals,
+    ),
+)]
 pub async fn rotate_key(
     State(app): State<AppState>,
     _admin: AdminCaller,
@@ -206,7 +294,26 @@ pub async fn rotate_key(
     }))
 }
 
-/// `GET /v1/admin/keys`
+refusals!(ListKeysRefusals {
+    401 => [Unauthenticated],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// List signing keys
+///
+/// Every signing key (public metadata only) with its state.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/keys",
+    operation_id = "listKeys",
+    tags = ["admin", "keys"],
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "Signing keys.", body = KeyList),
+        ListKeysRefusals,
+    ),
+)]
 pub async fn list_keys(
     State(app): State<AppState>,
     _admin: AdminCaller,

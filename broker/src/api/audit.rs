@@ -4,6 +4,7 @@
 //! malformed filter is a clear 400 rather than a silently empty page.
 
 use super::extract::{AdminCaller, ApiJson, ApiQuery};
+use crate::api::openapi::refusals;
 use crate::app::AppState;
 use crate::audit::query::{self, AuditFilter, AuditRecord, MAX_PAGE};
 use crate::clock::parse_rfc3339_ms;
@@ -12,31 +13,16 @@ use crate::ids::is_id;
 use crate::names::is_user;
 use axum::extract::State;
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use tessera_client::types::AuditQuery;
 use tessera_client::types::ErrorCode;
 
-/// Query parameters of `GET /v1/admin/audit`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuditParams {
-    run: Option<String>,
-    capability: Option<String>,
-    user: Option<String>,
-    event: Option<String>,
-    decision: Option<String>,
-    since: Option<String>,
-    until: Option<String>,
-    after: Option<i64>,
-    before: Option<i64>,
-    order: Option<String>,
-    limit: Option<i64>,
-}
-
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AuditPage {
     pub events: Vec<AuditRecord>,
     /// Pass as `after` (ascending) or `before` (descending) for the next page;
     /// null when this page was the last one.
+    #[schema(required = true)]
     pub next_cursor: Option<i64>,
 }
 
@@ -67,64 +53,83 @@ fn time_param(name: &str, value: Option<String>) -> Result<Option<i64>, ApiError
         .transpose()
 }
 
-impl AuditParams {
-    fn into_filter(self) -> Result<AuditFilter, ApiError> {
-        if self.run.as_deref().is_some_and(|r| !is_id(r)) {
-            return Err(bad("run must be a run id"));
-        }
-        if self.capability.as_deref().is_some_and(|c| !is_id(c)) {
-            return Err(bad("capability must be a capability id"));
-        }
-        if self.user.as_deref().is_some_and(|u| !is_user(u)) {
-            return Err(bad("user must be 1-128 of [A-Za-z0-9._@+-]"));
-        }
-        if self.event.as_deref().is_some_and(|e| !is_event_filter(e)) {
-            return Err(bad(
-                "event must be an event name or a family such as capability.*",
-            ));
-        }
-        if self
-            .decision
-            .as_deref()
-            .is_some_and(|d| !matches!(d, "allow" | "deny" | "error"))
-        {
-            return Err(bad("decision must be allow, deny or error"));
-        }
-        let limit = self.limit.unwrap_or(DEFAULT_PAGE);
-        if !(1..=MAX_PAGE).contains(&limit) {
-            return Err(bad(format!("limit must be 1-{MAX_PAGE}")));
-        }
-        let descending = match (self.order.as_deref(), self.after, self.before) {
-            (_, Some(_), Some(_)) => return Err(bad("give after or before, not both")),
-            (Some("asc") | None, _, None) => false,
-            (Some("desc") | None, None, _) => true,
-            (Some("asc" | "desc"), _, _) => {
-                return Err(bad("after pages ascending, before descending"))
-            }
-            _ => return Err(bad("order must be asc or desc")),
-        };
-        Ok(AuditFilter {
-            run_id: self.run,
-            capability_id: self.capability,
-            user: self.user,
-            event: self.event,
-            decision: self.decision,
-            since_ms: time_param("since", self.since)?,
-            until_ms: time_param("until", self.until)?,
-            cursor: self.after.or(self.before),
-            descending,
-            limit,
-        })
+fn into_filter(q: AuditQuery) -> Result<AuditFilter, ApiError> {
+    if q.run.as_deref().is_some_and(|r| !is_id(r)) {
+        return Err(bad("run must be a run id"));
     }
+    if q.capability.as_deref().is_some_and(|c| !is_id(c)) {
+        return Err(bad("capability must be a capability id"));
+    }
+    if q.user.as_deref().is_some_and(|u| !is_user(u)) {
+        return Err(bad("user must be 1-128 of [A-Za-z0-9._@+-]"));
+    }
+    if q.event.as_deref().is_some_and(|e| !is_event_filter(e)) {
+        return Err(bad(
+            "event must be an event name or a family such as capability.*",
+        ));
+    }
+    if q.decision
+        .as_deref()
+        .is_some_and(|d| !matches!(d, "allow" | "deny" | "error"))
+    {
+        return Err(bad("decision must be allow, deny or error"));
+    }
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(bad(format!("limit must be 1-{MAX_PAGE}")));
+    }
+    let descending = match (q.order.as_deref(), q.after, q.before) {
+        (_, Some(_), Some(_)) => return Err(bad("give after or before, not both")),
+        (Some("asc") | None, _, None) => false,
+        (Some("desc") | None, None, _) => true,
+        (Some("asc" | "desc"), _, _) => {
+            return Err(bad("after pages ascending, before descending"))
+        }
+        _ => return Err(bad("order must be asc or desc")),
+    };
+    Ok(AuditFilter {
+        run_id: q.run,
+        capability_id: q.capability,
+        user: q.user,
+        event: q.event,
+        decision: q.decision,
+        since_ms: time_param("since", q.since)?,
+        until_ms: time_param("until", q.until)?,
+        cursor: q.after.or(q.before),
+        descending,
+        limit,
+    })
 }
 
-/// `GET /v1/admin/audit`: filtered rows, paged by sequence number.
+refusals!(ListAuditRefusals {
+    400 => [InvalidQuery],
+    401 => [Unauthenticated],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Read the audit log
+///
+/// Audit rows, filtered, ascending by sequence number unless `order=desc` or `before` is given.
+/// Page with `next_cursor`. Malformed filters are a 400, never an empty page.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/audit",
+    operation_id = "listAudit",
+    tags = ["admin", "audit"],
+    security(("adminToken" = [])),
+    params(AuditQuery),
+    responses(
+        (status = 200, description = "A page of audit rows.", body = AuditPage),
+        ListAuditRefusals,
+    ),
+)]
 pub async fn list(
     State(app): State<AppState>,
     _admin: AdminCaller,
-    ApiQuery(params): ApiQuery<AuditParams>,
+    ApiQuery(params): ApiQuery<AuditQuery>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let filter = params.into_filter()?;
+    let filter = into_filter(params)?;
     let events = query::list(&app.store, &filter).await?;
     let next_cursor = (events.len() as i64 == filter.limit)
         .then(|| events.last().map(|e| e.seq))
@@ -135,8 +140,30 @@ pub async fn list(
     }))
 }
 
-/// `GET /v1/admin/audit/verify`: walks the hash chain; `ok: false` names the first
-/// row that was edited, deleted, relinked or cut off.
+refusals!(VerifyAuditRefusals {
+    401 => [Unauthenticated],
+    503 => [StoreUnavailable],
+});
+
+/// Verify the audit chain
+///
+/// Walks the audit log from the genesis value, recomputing every row's link (HMAC-SHA256 under
+/// the audit key; unkeyed SHA-256 for rows from before the chain was keyed), and reports the
+/// first row that was edited, deleted, relinked, downgraded to an unkeyed link, linked with an
+/// unknown key, or cut off. Always 200: `ok` says whether the chain verifies. A truncation of
+/// the newest rows together with the head is only visible against checkpoints (`POST
+/// /v1/admin/audit/checkpoints/check`).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/audit/verify",
+    operation_id = "verifyAudit",
+    tags = ["admin", "keys"],
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "Verification report", body = crate::audit::verify::Report),
+        VerifyAuditRefusals,
+    ),
+)]
 pub async fn verify(
     State(app): State<AppState>,
     _admin: AdminCaller,
@@ -152,19 +179,46 @@ pub async fn verify(
 /// Checkpoints checked per request (a long file is sent in several).
 pub const MAX_CHECKPOINTS_PER_CHECK: usize = 100;
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointsRequest {
+    #[schema(max_items = 100)]
     pub checkpoints: Vec<String>,
 }
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct CheckpointsResponse {
     pub results: Vec<crate::audit::checkpoint::CheckpointCheck>,
 }
 
-/// `POST /v1/admin/audit/checkpoints/check`: whether the store still holds each
-/// checkpointed row with the link the checkpoint signed.
+refusals!(CheckAuditCheckpointsRefusals {
+    400 => [InvalidRequest, InvalidJson],
+    401 => [Unauthenticated],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Check signed audit checkpoints against the store
+///
+/// For each checkpoint (compact JWS, `typ` `tsr-audit-checkpoint+jwt`, as written to
+/// `audit.checkpoint_file`, standard output or the witness URL), whether the store still holds
+/// the checkpointed row with the link it signed: `matches`, `changed`, `missing` (truncated or
+/// deleted), `bad_signature` (not signed by any key this broker ever used), `malformed`. At
+/// most 100 per request; `tessera audit verify --checkpoints FILE` sends a file in batches.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/audit/checkpoints/check",
+    operation_id = "checkAuditCheckpoints",
+    tags = ["admin", "keys"],
+    security(("adminToken" = [])),
+    request_body = CheckpointsRequest,
+    responses(
+        (status = 200, description = "One result per checkpoint, in order", body = CheckpointsResponse),
+        CheckAuditCheckpointsRefusals,
+    ),
+)]
 pub async fn check_checkpoints(
     State(app): State<AppState>,
     _admin: AdminCaller,
@@ -191,10 +245,10 @@ pub async fn check_checkpoints(
 mod tests {
     use super::*;
 
-    fn params(f: impl FnOnce(&mut AuditParams)) -> Result<AuditFilter, ApiError> {
-        let mut p = AuditParams::default();
+    fn params(f: impl FnOnce(&mut AuditQuery)) -> Result<AuditFilter, ApiError> {
+        let mut p = AuditQuery::default();
         f(&mut p);
-        p.into_filter()
+        into_filter(p)
     }
 
     #[test]

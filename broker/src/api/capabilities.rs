@@ -13,6 +13,7 @@
 
 use super::extract::{ApiJson, RequestId, RunCaller, RunOrAdmin};
 use super::refusals;
+use crate::api::openapi::{refusals, IdPath};
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
 use crate::capability::{CapabilityClaims, CAPABILITY_TYP};
@@ -50,7 +51,41 @@ fn rate_charge(bucket: String, rate: &Rate) -> RateCharge {
     }
 }
 
-/// `POST /v1/capabilities`
+refusals!(RequestCapabilityRefusals {
+    400 => [InvalidRequest, InvalidJson, InvalidAction, InvalidResource, UnknownBackend, InvalidTtl, UnknownAction, InvalidHold, InvalidSlot],
+    401 => [Unauthenticated],
+    403 => [CapabilityDenied, WildcardOverlapsForbid, WildcardOverlapsApproval, WildcardNotCovered, ApprovalRequired, RunEnded, RunExpired],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    429 => [RateLimited],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Request a capability
+///
+/// A tool inside a run asks for a capability to perform `action` on `resource`. The action and
+/// resource are validated against the backend kind's grammar and the policy schema before Cedar
+/// decides. The effective ttl, uses and rate are the strictest of the satisfied permits,
+/// bounded by the server caps, by the requested `ttl` and by the run's own expiry. A resource
+/// with a wildcard (`*`; for `aws-sts` also `?`) is a set: it is issued only if some permit
+/// holds for every member and no forbid and no `@approval` permit could hold for any member,
+/// else it is refused with `wildcard_overlaps_forbid`, `wildcard_overlaps_approval` or
+/// `wildcard_not_covered` (docs/policy.md). Denials and approval-gated permits are audited. The
+/// capability (an EdDSA JWT, `typ` `tsr-cap+jwt`) is returned only after its record, the
+/// rate-limit charge and the audit row are committed.
+#[utoipa::path(
+    post,
+    path = "/v1/capabilities",
+    operation_id = "requestCapability",
+    tags = ["capabilities"],
+    security(("runToken" = [])),
+    request_body(content = CapabilityRequest, example = json!({"action": "read", "resource": "svc-reports:reports/q1", "ttl": "5m"})),
+    responses(
+        (status = 201, description = "Capability issued.", body = CapabilityResponse),
+        RequestCapabilityRefusals,
+    ),
+)]
 pub async fn request(
     State(app): State<AppState>,
     RunCaller(run): RunCaller,
@@ -298,7 +333,30 @@ async fn sign_and_record(
     }
 }
 
-/// `POST /v1/capabilities/{id}/revoke`
+refusals!(RevokeCapabilityRefusals {
+    401 => [Unauthenticated],
+    404 => [NotFound],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Revoke a capability
+///
+/// Revokes one capability. A run may revoke only its own capabilities; the admin may revoke
+/// any. Revoking an already revoked capability (or one whose run has ended) is not an error:
+/// `revoked` is false. No request body.
+#[utoipa::path(
+    post,
+    path = "/v1/capabilities/{id}/revoke",
+    operation_id = "revokeCapability",
+    tags = ["capabilities"],
+    security(("runToken" = []), ("adminToken" = [])),
+    params(IdPath),
+    responses(
+        (status = 200, description = "Revocation result.", body = RevokeCapabilityResponse),
+        RevokeCapabilityRefusals,
+    ),
+)]
 pub async fn revoke(
     State(app): State<AppState>,
     caller: RunOrAdmin,
@@ -337,8 +395,33 @@ pub async fn revoke(
 /// Most ids one renewal may name.
 const MAX_RENEW: usize = 100;
 
-/// `POST /v1/capabilities/renew`: the holder is alive; push its holds' lapse
-/// forward. Not audited (it decides nothing; the lapse is).
+refusals!(RenewHoldsRefusals {
+    400 => [InvalidRequest, InvalidJson],
+    401 => [Unauthenticated],
+    403 => [RunEnded, RunExpired],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Renew held capabilities
+///
+/// The holder is alive: moves the lapse of each named capability of this run forward by its
+/// hold. Not audited (it decides nothing; a lapse is audited as `capability.lapsed`).
+#[utoipa::path(
+    post,
+    path = "/v1/capabilities/renew",
+    operation_id = "renewHolds",
+    tags = ["capabilities"],
+    security(("runToken" = [])),
+    request_body = RenewHoldsRequest,
+    responses(
+        (status = 200, description = "Renewal result.", body = RenewHoldsResponse),
+        RenewHoldsRefusals,
+    ),
+)]
+// Not audited: it decides nothing (the lapse is).
 pub async fn renew(
     State(app): State<AppState>,
     RunCaller(run): RunCaller,

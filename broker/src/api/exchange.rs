@@ -12,6 +12,7 @@
 
 use super::extract::{ApiJson, RequestId};
 use super::refusals;
+use crate::api::openapi::refusals;
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
 use crate::backends::Grant;
@@ -63,7 +64,41 @@ pub async fn verify_capability(
     }
 }
 
-/// `POST /v1/exchange`
+refusals!(ExchangeRefusals {
+    400 => [InvalidRequest, InvalidJson, SessionPolicyTooLarge, UserNotAwsCompatible, RunNotAwsCompatible],
+    401 => [InvalidToken, TokenExpired],
+    403 => [CapabilityRevoked, RunEnded, RunExpired, UsesExhausted, UnknownBackend, PolicyChanged, CapabilityLapsed, LeaseRevoked],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    422 => [BackendRejected],
+    500 => [Internal],
+    502 => [BackendRefused],
+    503 => [StoreUnavailable, BackendUnavailable, BackendUnsafeDefaults, BackendThrottled],
+});
+
+/// Exchange a capability for a downstream credential
+///
+/// No `Authorization` header: the capability in the body is the credential. Its signature,
+/// `typ`, issuer, audience and times are checked first (`401 invalid_token` / `401
+/// token_expired`); then its claims (`res`, `act`, `sub`, `run`, `rt`, `task`, `iat`, `exp`,
+/// `uses`, `jti`) are compared with the capability the store recorded and its run (`401
+/// invalid_token` on any difference, audited `exchange.refused` with reason `claims_mismatch`);
+/// then the recorded request is decided again under the policy in force, and a capability it
+/// would no longer issue is revoked with its leases and refused (`403 policy_changed`); then
+/// the store decides whether it is revoked, its run ended or expired, or its uses ran out, and
+/// takes one use atomically while recording the lease. A credential minted for an exchange the
+/// store then refuses is revoked at the backend before the refusal is returned.
+#[utoipa::path(
+    post,
+    path = "/v1/exchange",
+    operation_id = "exchange",
+    tags = ["exchange"],
+    request_body(content = ExchangeRequest, example = json!({"capability": "eyJhbGciOiJFZERTQSIsInR5cCI6InRzci1jYXArand0Iiwia2lkIjoiLi4uIn0.eyJ...In0.c2ln"})),
+    responses(
+        (status = 200, description = "Downstream credential issued.", body = ExchangeResponse),
+        ExchangeRefusals,
+    ),
+)]
 pub async fn exchange(
     State(app): State<AppState>,
     RequestId(rid): RequestId,

@@ -7,6 +7,7 @@
 
 use super::exchange::verify_capability;
 use super::extract::{ApiJson, RuntimeOrAdmin};
+use crate::api::openapi::refusals;
 use crate::app::AppState;
 use crate::backends::token::{AccessTokenClaims, ACCESS_TOKEN_TYP};
 use crate::capability::check_times_and_parties;
@@ -35,7 +36,35 @@ fn claimed_typ(token: &str) -> Option<String> {
     v.get("typ")?.as_str().map(str::to_owned)
 }
 
-/// `POST /v1/introspect`
+refusals!(IntrospectRefusals {
+    400 => [InvalidRequest, InvalidJson],
+    401 => [Unauthenticated],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Introspect a capability or access token (RFC 7662 style)
+///
+/// Accepts a capability (`typ` `tsr-cap+jwt`) or an access token minted by a `token` backend
+/// (`typ` `at+jwt`). Answers `{"active": false}` — and nothing else — for anything that is not
+/// a live token this caller may see: bad signature, wrong type/issuer/audience, expired,
+/// revoked, run ended or expired, unknown, or another runtime's run. Liveness is read from the
+/// store on every call. For a live token the response is its claims plus `active: true` and
+/// `token_type` (and, for a capability, `scope` and `uses_left`).
+#[utoipa::path(
+    post,
+    path = "/v1/introspect",
+    operation_id = "introspect",
+    tags = ["introspection"],
+    security(("runtimeKey" = []), ("adminToken" = [])),
+    request_body(content = IntrospectRequest, example = json!({"token": "eyJhbGciOiJFZERTQSIsInR5cCI6InRzci1jYXArand0Iiwia2lkIjoiLi4uIn0.eyJ...In0.c2ln"})),
+    responses(
+        (status = 200, description = "Introspection result.", body = IntrospectResponse),
+        IntrospectRefusals,
+    ),
+)]
 pub async fn introspect(
     State(app): State<AppState>,
     caller: RuntimeOrAdmin,

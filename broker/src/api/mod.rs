@@ -36,55 +36,48 @@ pub mod runs;
 
 use crate::app::AppState;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// The one table of routes: the router and [`ROUTES`] (which the OpenAPI test
-/// checks are all documented) are both built from it, so neither can name a
-/// route the other lacks. A path listed with two methods gets both.
-macro_rules! routes {
-    ($($method:ident $path:literal => $handler:path,)*) => {
-        /// Every route, as (method, path).
-        pub const ROUTES: &[(&str, &str)] = &[$((stringify!($method), $path),)*];
-
-        fn with_routes(router: Router<AppState>) -> Router<AppState> {
-            router$(.route($path, $method($handler)))*
-        }
-    };
-}
-
-routes! {
-    post "/v1/runs" => runs::create,
-    get "/v1/runs/{id}" => runs::show,
-    post "/v1/runs/{id}/end" => runs::end,
-    post "/v1/capabilities" => capabilities::request,
-    post "/v1/capabilities/renew" => capabilities::renew,
-    post "/v1/capabilities/{id}/revoke" => capabilities::revoke,
-    post "/v1/exchange" => exchange::exchange,
-    post "/v1/introspect" => introspect::introspect,
-    get "/.well-known/jwks.json" => discovery::jwks,
-    post "/v1/admin/runtimes" => admin::create_runtime,
-    get "/v1/admin/runtimes" => admin::list_runtimes,
-    post "/v1/admin/runtimes/{name}/disable" => admin::disable_runtime,
-    get "/v1/admin/runs" => runs::list,
-    get "/v1/admin/leases" => revocations::pending,
-    post "/v1/admin/policy/reload" => policy::reload,
-    get "/v1/admin/audit" => audit::list,
-    post "/v1/admin/keys/rotate" => admin::rotate_key,
-    get "/v1/admin/keys" => admin::list_keys,
-    get "/v1/admin/audit/verify" => audit::verify,
-    post "/v1/admin/audit/checkpoints/check" => audit::check_checkpoints,
-    get "/healthz" => health::healthz,
-    get "/readyz" => health::readyz,
-    get "/metrics" => health::metrics,
-    get "/v1/openapi.json" => discovery::openapi,
+/// The one table of routes. Each handler's `#[utoipa::path]` says its method,
+/// path and contract; this list both serves it (the router) and documents it
+/// (the OpenAPI document, [`openapi::document`]), so neither can name a route
+/// the other lacks.
+pub fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::frame())
+        .routes(routes!(runs::create))
+        .routes(routes!(runs::show))
+        .routes(routes!(runs::end))
+        .routes(routes!(capabilities::request))
+        .routes(routes!(capabilities::renew))
+        .routes(routes!(capabilities::revoke))
+        .routes(routes!(exchange::exchange))
+        .routes(routes!(introspect::introspect))
+        .routes(routes!(discovery::jwks))
+        .routes(routes!(admin::create_runtime))
+        .routes(routes!(admin::list_runtimes))
+        .routes(routes!(admin::disable_runtime))
+        .routes(routes!(runs::list))
+        .routes(routes!(revocations::pending))
+        .routes(routes!(policy::reload))
+        .routes(routes!(audit::list))
+        .routes(routes!(admin::rotate_key))
+        .routes(routes!(admin::list_keys))
+        .routes(routes!(audit::verify))
+        .routes(routes!(audit::check_checkpoints))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+        .routes(routes!(discovery::openapi))
 }
 
 pub fn router(app: AppState) -> Router {
-    with_routes(Router::new())
+    let (routes, _) = api_router().split_for_parts();
+    routes
         .fallback(middleware::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(

@@ -5,6 +5,7 @@
 //! outcomes are audited (see [`crate::policy_reload`]).
 
 use super::extract::{AdminCaller, RequestId};
+use crate::api::openapi::refusals;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::policy_reload::{self, ReloadError};
@@ -17,7 +18,34 @@ use tessera_client::types::PolicyReloadResponse;
 /// Longest error list returned (the rest is in the broker log).
 const MAX_MESSAGE: usize = 8 * 1024;
 
-/// `POST /v1/admin/policy/reload`
+refusals!(ReloadPolicyRefusals {
+    401 => [Unauthenticated],
+    422 => [InvalidPolicy],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Reload the policy directory
+///
+/// Loads and validates the policy directory again. A valid set replaces the one in force
+/// atomically (requests in flight finish with the set they started with). An invalid set is
+/// answered with every error as file:line:col and the previous set stays in force. A valid set
+/// also revokes, with their leases, every live capability it would no longer issue (each
+/// audited `capability.revoked`, actor `policy`, reason `policy_changed`), and says how many in
+/// `revoked`. Both outcomes are audited (`policy.reloaded`, with `revoked=N` in its detail, and
+/// `policy.reload_rejected`); if the audit row cannot be written or the live capabilities
+/// cannot be read, nothing is swapped (503).
+#[utoipa::path(
+    post,
+    path = "/v1/admin/policy/reload",
+    operation_id = "reloadPolicy",
+    tags = ["admin", "policy"],
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The new set is in force.", body = PolicyReloadResponse),
+        ReloadPolicyRefusals,
+    ),
+)]
 pub async fn reload(
     State(app): State<AppState>,
     _admin: AdminCaller,

@@ -7,26 +7,44 @@
 //! with the last error (never a secret). `tessera leases list [--stuck]` reads it.
 
 use super::extract::{AdminCaller, ApiQuery};
+use crate::api::openapi::refusals;
 use crate::app::AppState;
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::store::revocations::{self, STUCK_AFTER_ATTEMPTS};
 use axum::extract::State;
 use axum::Json;
+use tessera_client::types::PendingRevocationsQuery;
 use tessera_client::types::{ErrorCode, PendingRevocation, PendingRevocationList};
 
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListParams {
-    stuck: Option<bool>,
-    limit: Option<i64>,
-}
+refusals!(ListPendingRevocationsRefusals {
+    400 => [InvalidQuery],
+    401 => [Unauthenticated],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
 
-/// `GET /v1/admin/leases`
+/// Downstream revocations not yet confirmed
+///
+/// Leases whose downstream object (a database user, …) is revoked in the broker but not yet
+/// confirmed removed, oldest first. The worker retries each with backoff; `stuck=true` keeps
+/// those that failed 3 or more times. Also `tessera leases list [--stuck]`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/leases",
+    operation_id = "listPendingRevocations",
+    tags = ["admin", "leases"],
+    security(("adminToken" = [])),
+    params(PendingRevocationsQuery),
+    responses(
+        (status = 200, description = "Pending revocations.", body = PendingRevocationList),
+        ListPendingRevocationsRefusals,
+    ),
+)]
 pub async fn pending(
     State(app): State<AppState>,
     _admin: AdminCaller,
-    ApiQuery(p): ApiQuery<ListParams>,
+    ApiQuery(p): ApiQuery<PendingRevocationsQuery>,
 ) -> Result<Json<PendingRevocationList>, ApiError> {
     let limit = p.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {

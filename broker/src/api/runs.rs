@@ -6,6 +6,7 @@
 //! in the run in the same transaction that marks it ended.
 
 use super::extract::{AdminCaller, ApiJson, ApiQuery, RequestId, RuntimeCaller, RuntimeOrAdmin};
+use crate::api::openapi::{refusals, IdPath};
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
 use crate::clock::rfc3339;
@@ -22,6 +23,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use secrecy::ExposeSecret;
 use tessera_client::types::ErrorCode;
+use tessera_client::types::RunListQuery;
 use tessera_client::types::{
     CapabilitySummary, CreateRunRequest, CreateRunResponse, EndRunResponse, LeaseSummary, RunList,
     RunSummary, RunView, Task,
@@ -38,7 +40,35 @@ fn validate(req: &CreateRunRequest) -> Result<(), ApiError> {
     .map_err(|r| ApiError::bad_request(r.code, r.message))
 }
 
-/// `POST /v1/runs`
+refusals!(CreateRunRefusals {
+    400 => [InvalidRequest, InvalidJson, InvalidUser, InvalidTask, InvalidLabels, InvalidTtl],
+    401 => [Unauthenticated],
+    403 => [RuntimeScope],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Start a run
+///
+/// A runtime starts a run on behalf of a user for a task. The runtime's scope (`users`,
+/// `task_kinds` globs) must allow the user and task kind, otherwise `403 runtime_scope`
+/// (audited). `ttl` defaults to the server's default run ttl (1h unless configured) and may not
+/// exceed the maximum run ttl (24h unless configured). The run token is returned exactly once;
+/// only its SHA-256 is stored.
+#[utoipa::path(
+    post,
+    path = "/v1/runs",
+    operation_id = "createRun",
+    tags = ["runs"],
+    security(("runtimeKey" = [])),
+    request_body(content = CreateRunRequest, example = json!({"user": "alice", "task": {"id": "t-1", "kind": "summarize", "attributes": {}}, "ttl": "30m", "labels": []})),
+    responses(
+        (status = 201, description = "Run started.", body = CreateRunResponse),
+        CreateRunRefusals,
+    ),
+)]
 pub async fn create(
     State(app): State<AppState>,
     RuntimeCaller(rt): RuntimeCaller,
@@ -131,7 +161,29 @@ async fn visible_run(
     }
 }
 
-/// `GET /v1/runs/{id}`
+refusals!(GetRunRefusals {
+    401 => [Unauthenticated],
+    404 => [NotFound],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Show a run
+///
+/// The run with its capabilities (never their tokens), leases and revocation state. A runtime
+/// sees only its own runs; the admin sees all.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{id}",
+    operation_id = "getRun",
+    tags = ["runs"],
+    security(("runtimeKey" = []), ("adminToken" = [])),
+    params(IdPath),
+    responses(
+        (status = 200, description = "The run.", body = RunView),
+        GetRunRefusals,
+    ),
+)]
 pub async fn show(
     State(app): State<AppState>,
     caller: RuntimeOrAdmin,
@@ -198,7 +250,30 @@ pub async fn show(
     }))
 }
 
-/// `POST /v1/runs/{id}/end`
+refusals!(EndRunRefusals {
+    401 => [Unauthenticated],
+    404 => [NotFound],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// End a run and revoke everything in it
+///
+/// Marks the run ended and, in the same transaction, revokes every capability and lease in it.
+/// Ending an already ended run is not an error and revokes nothing twice (the counts are zero).
+/// A runtime may end only its own runs; the admin may end any. No request body.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/end",
+    operation_id = "endRun",
+    tags = ["runs"],
+    security(("runtimeKey" = []), ("adminToken" = [])),
+    params(IdPath),
+    responses(
+        (status = 200, description = "The run is ended; counts of what this call revoked.", body = EndRunResponse),
+        EndRunRefusals,
+    ),
+)]
 pub async fn end(
     State(app): State<AppState>,
     caller: RuntimeOrAdmin,
@@ -269,23 +344,33 @@ mod tests {
     }
 }
 
-/// Query parameters of `GET /v1/admin/runs`.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListParams {
-    runtime: Option<String>,
-    user: Option<String>,
-    /// `open` (not yet ended, the default), `ended` or `all`.
-    state: Option<String>,
-    after: Option<String>,
-    limit: Option<i64>,
-}
+refusals!(ListRunsRefusals {
+    400 => [InvalidQuery],
+    401 => [Unauthenticated],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
 
-/// `GET /v1/admin/runs`: runs by runtime, user and state, paged by run id.
+/// List runs
+///
+/// Runs filtered by runtime, user and state, ordered and paged by run id (ids are
+/// time-ordered).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/runs",
+    operation_id = "listRuns",
+    tags = ["admin", "runs"],
+    security(("adminToken" = [])),
+    params(RunListQuery),
+    responses(
+        (status = 200, description = "A page of runs.", body = RunList),
+        ListRunsRefusals,
+    ),
+)]
 pub async fn list(
     State(app): State<AppState>,
     _admin: AdminCaller,
-    ApiQuery(p): ApiQuery<ListParams>,
+    ApiQuery(p): ApiQuery<RunListQuery>,
 ) -> Result<Json<RunList>, ApiError> {
     let bad = |m: &str| ApiError::bad_request(ErrorCode::InvalidQuery, m.to_owned());
     if p.runtime

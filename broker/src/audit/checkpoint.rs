@@ -390,7 +390,7 @@ pub async fn run_witness(app: Arc<App>) {
 }
 
 /// What a checkpoint from a witness says about the database now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CheckpointCheck {
     /// The sequence number it names (0 if unreadable).
     pub seq: i64,

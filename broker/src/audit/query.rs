@@ -32,7 +32,7 @@ pub struct AuditFilter {
 }
 
 /// One stored row, as administrators and SIEMs see it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AuditRecord {
     pub seq: i64,
     pub at: String,

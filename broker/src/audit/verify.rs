@@ -20,7 +20,7 @@ use serde::Serialize;
 const PAGE: i64 = 1000;
 
 /// The first inconsistency found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Problem {
     /// The sequence number where the chain first breaks.
     pub seq: i64,
@@ -33,7 +33,8 @@ pub struct Problem {
     pub detail: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = AuditVerifyReport)]
 pub struct Report {
     pub ok: bool,
     pub rows: i64,
@@ -43,6 +44,7 @@ pub struct Report {
     pub unkeyed_rows: i64,
     /// The link of the last row walked (what a checkpoint at `head_seq` signs).
     pub head_hash: String,
+    #[schema(required = true)]
     pub first_problem: Option<Problem>,
 }
 

@@ -9,6 +9,7 @@
 use super::signing::{public_jwk, SigningKey};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
+use tessera_client::types::Jwks;
 
 #[derive(Debug, Clone)]
 pub struct PublishedKey {
@@ -35,14 +36,14 @@ impl KeySet {
     }
 
     /// The JWKS document at `now`.
-    pub fn jwks(&self, now: i64) -> serde_json::Value {
+    pub fn jwks(&self, now: i64) -> Jwks {
         let keys: Vec<_> = self
             .published
             .iter()
             .filter(|k| k.publish_until.is_none_or(|until| now <= until))
             .map(|k| public_jwk(&k.kid, &k.public))
             .collect();
-        serde_json::json!({ "keys": keys })
+        Jwks { keys }
     }
 }
 

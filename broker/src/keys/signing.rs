@@ -6,6 +6,7 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ring::signature::{Ed25519KeyPair, KeyPair};
+use tessera_client::types::Jwk;
 use zeroize::Zeroizing;
 
 #[derive(Debug, thiserror::Error)]
@@ -75,13 +76,13 @@ pub fn thumbprint(public: &[u8]) -> String {
 }
 
 /// The public JWK of an Ed25519 key.
-pub fn public_jwk(kid: &str, public: &[u8]) -> serde_json::Value {
-    serde_json::json!({
-        "kty": "OKP",
-        "crv": "Ed25519",
-        "x": URL_SAFE_NO_PAD.encode(public),
-        "kid": kid,
-        "use": "sig",
-        "alg": "EdDSA",
-    })
+pub fn public_jwk(kid: &str, public: &[u8]) -> Jwk {
+    Jwk {
+        kty: "OKP".to_owned(),
+        crv: "Ed25519".to_owned(),
+        x: URL_SAFE_NO_PAD.encode(public),
+        kid: kid.to_owned(),
+        use_: "sig".to_owned(),
+        alg: "EdDSA".to_owned(),
+    }
 }
