@@ -12,7 +12,7 @@
 
 use super::rate;
 use super::runs::{run_columns, RunRecord, RunState};
-use super::writer::{BoxFuture, WriteCtx, WriteOp, ROWS_PER_INSERT};
+use super::writer::{BatchedOp, BoxFuture, WriteCtx, WriteOp, Writer, ROWS_PER_INSERT};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
 use sqlx::Row;
@@ -72,10 +72,30 @@ impl IssueCapability {
     }
 }
 
-/// An issuance waiting in the writer, and its outcome once applied.
-pub struct IssueSlot {
-    pub op: IssueCapability,
-    pub outcome: Option<IssueOutcome>,
+/// Issuances are applied in bulk, all of a batch's together (see [`apply_issuances`]).
+impl BatchedOp for IssueCapability {
+    type Output = IssueOutcome;
+
+    /// A recorded refusal is not a grant: it is applied even when its submitter gave up.
+    fn grants(&self) -> bool {
+        self.record.is_some()
+    }
+
+    fn apply_batch<'a>(
+        ctx: &'a mut WriteCtx<'_>,
+        ops: &'a [&'a Self],
+    ) -> BoxFuture<'a, Result<Vec<IssueOutcome>, sqlx::Error>> {
+        Box::pin(apply_issuances(ctx, ops))
+    }
+}
+
+impl Writer {
+    /// Records a capability, or the refusal of one, with the batch's other
+    /// issuances (see [`apply_issuances`]); returns only after its transaction
+    /// committed.
+    pub async fn record_issuance(&self, op: IssueCapability) -> Result<IssueOutcome, StoreError> {
+        self.submit_batched(op).await
+    }
 }
 
 /// Runs `SELECT … WHERE <column> IN (…)` over `keys`, in chunks.
@@ -113,15 +133,16 @@ fn refused(issued: &AuditEvent, event: &'static str, reason: String) -> AuditEve
 /// Applies a batch's issuances together: one query for the runs, one for the rate
 /// buckets, multi-row INSERT/UPSERT for the rows. Each issuance is decided in
 /// order exactly as if applied alone (run active? every rate charge admitted?),
-/// against state read inside the writer's transaction.
-pub(crate) async fn apply_issue_segment(
+/// against state read inside the writer's transaction. Returns one outcome per
+/// op, in order.
+async fn apply_issuances(
     ctx: &mut WriteCtx<'_>,
-    slots: &mut [&mut IssueSlot],
-) -> Result<(), sqlx::Error> {
+    ops: &[&IssueCapability],
+) -> Result<Vec<IssueOutcome>, sqlx::Error> {
     let now = ctx.now();
     let now_us = ctx.now_ms * 1000;
 
-    let run_ids: BTreeSet<&str> = slots.iter().filter_map(|s| s.op.run_id()).collect();
+    let run_ids: BTreeSet<&str> = ops.iter().filter_map(|op| op.run_id()).collect();
     let mut runs: HashMap<String, RunState> = HashMap::new();
     for row in select_in(
         ctx,
@@ -133,9 +154,9 @@ pub(crate) async fn apply_issue_segment(
         let state = RunState::of(row.try_get("ended_at")?, row.try_get("expires_at")?, now);
         runs.insert(row.try_get("id")?, state);
     }
-    let buckets: BTreeSet<&str> = slots
+    let buckets: BTreeSet<&str> = ops
         .iter()
-        .flat_map(|s| s.op.rate.iter().map(|r| r.bucket.as_str()))
+        .flat_map(|op| op.rate.iter().map(|r| r.bucket.as_str()))
         .collect();
     let mut tats: HashMap<String, i64> = HashMap::new();
     for row in select_in(
@@ -150,8 +171,8 @@ pub(crate) async fn apply_issue_segment(
 
     let mut dirty: BTreeSet<String> = BTreeSet::new();
     let mut issued: Vec<usize> = Vec::new();
-    for (i, slot) in slots.iter_mut().enumerate() {
-        let op = &slot.op;
+    let mut outcomes: Vec<IssueOutcome> = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
         let state = op
             .run_id()
             .and_then(|id| runs.get(id))
@@ -161,7 +182,7 @@ pub(crate) async fn apply_issue_segment(
             let reason = format!("run_{}", state.as_str());
             ctx.audit(&refused(&op.audit, events::CAPABILITY_DENIED, reason))
                 .await?;
-            slot.outcome = Some(IssueOutcome::RunInactive(state));
+            outcomes.push(IssueOutcome::RunInactive(state));
             continue;
         }
         let buckets: Vec<rate::Bucket> = op
@@ -182,7 +203,7 @@ pub(crate) async fn apply_issue_segment(
                     "rate_limited".into(),
                 ))
                 .await?;
-                slot.outcome = Some(IssueOutcome::RateLimited { retry_after_us });
+                outcomes.push(IssueOutcome::RateLimited { retry_after_us });
                 continue;
             }
         };
@@ -192,10 +213,10 @@ pub(crate) async fn apply_issue_segment(
         }
         ctx.audit(&op.audit).await?;
         if op.record.is_some() {
-            slot.outcome = Some(IssueOutcome::Issued);
+            outcomes.push(IssueOutcome::Issued);
             issued.push(i);
         } else {
-            slot.outcome = Some(IssueOutcome::Denied);
+            outcomes.push(IssueOutcome::Denied);
         }
     }
 
@@ -206,7 +227,7 @@ pub(crate) async fn apply_issue_segment(
             super::sql::values_placeholders(ctx.dialect, chunk.len(), 14)
         );
         let mut query = sqlx::query(&q);
-        for r in chunk.iter().filter_map(|&i| slots[i].op.record.as_ref()) {
+        for r in chunk.iter().filter_map(|&i| ops[i].record.as_ref()) {
             query = query
                 .bind(&r.id)
                 .bind(&r.run_id)
@@ -225,7 +246,7 @@ pub(crate) async fn apply_issue_segment(
         }
         query.execute(&mut *ctx.conn).await?;
     }
-    supersede(ctx, slots, &issued).await?;
+    supersede(ctx, ops, &issued).await?;
     let dirty: Vec<String> = dirty.into_iter().collect();
     for chunk in dirty.chunks(ROWS_PER_INSERT) {
         let q = format!(
@@ -239,7 +260,7 @@ pub(crate) async fn apply_issue_segment(
         }
         query.execute(&mut *ctx.conn).await?;
     }
-    Ok(())
+    Ok(outcomes)
 }
 
 #[derive(Debug, Clone)]
@@ -458,16 +479,16 @@ impl WriteOp for RevokeCapability {
 /// run's other live capabilities in that slot: the last one issued wins.
 async fn supersede(
     ctx: &mut WriteCtx<'_>,
-    slots: &[&mut IssueSlot],
+    ops: &[&IssueCapability],
     issued: &[usize],
 ) -> Result<(), sqlx::Error> {
     let mut last: HashMap<(&str, &str), (&str, &AuditEvent)> = HashMap::new();
     for &i in issued {
-        if let Some(r) = &slots[i].op.record {
+        if let Some(r) = &ops[i].record {
             if let Some(slot) = &r.slot {
                 last.insert(
                     (r.run_id.as_str(), slot.as_str()),
-                    (r.id.as_str(), &slots[i].op.audit),
+                    (r.id.as_str(), &ops[i].audit),
                 );
             }
         }

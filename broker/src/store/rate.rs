@@ -5,7 +5,7 @@
 //! TAT) gives both a sustained rate (one request per `interval`) and a burst
 //! (`window` worth of requests at once), and a refusal says exactly when the
 //! request would be admitted. The store keeps the TATs and applies a decision
-//! inside the writer's transaction (`capabilities::apply_issue_segment`); the
+//! inside the writer's transaction (`capabilities::apply_issuances`); the
 //! decision itself is here, where property tests can hold it to its promise.
 
 /// One bucket a request is charged to.

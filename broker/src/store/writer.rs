@@ -13,20 +13,23 @@
 //! fail the others; if the connection itself is lost, every op in the batch gets
 //! [`StoreError::Unavailable`] and the connection is reopened on the next batch.
 //!
-//! Statements are batched too, not only commits: audit rows and capability rows
-//! are written with multi-row INSERTs, and issuances read their runs and rate
-//! buckets with one query each per batch.
+//! Statements are batched too, not only commits: audit rows are written with
+//! multi-row INSERTs, and a kind of op that gains from it declares a batched
+//! phase ([`BatchedOp`]): all its ops in a batch are applied in one go, after
+//! the batch's other ops, so they can share their reads and write their rows
+//! with multi-row statements. The engine knows no kind of op; the kinds live
+//! with the state they change and depend on this module, never the reverse.
 //!
 //! On PostgreSQL with several replicas, each replica has its own writer. Every
 //! batch first locks the audit chain's head row (`SELECT … FOR UPDATE`), so
 //! batches of all replicas are serialised: a batch may read state (run ended?
 //! rate bucket?) and write it back without another replica interleaving.
 
-use super::capabilities::{apply_issue_segment, IssueCapability, IssueOutcome, IssueSlot};
 use super::{sql_for, Dialect, StoreError};
 use crate::audit::{chain_mac, AuditEvent, AuditKey};
 use crate::clock::Clock;
 use sqlx::{AnyConnection, Executor, Row};
+use std::any::{Any, TypeId};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -130,8 +133,9 @@ impl WriteCtx<'_> {
     }
 }
 
-/// One state change. `apply` may run more than once (a failed batch is retried op
-/// by op), always in a fresh transaction, so it must not keep state between runs.
+/// One state change, applied alone, in submission order. `apply` may run more
+/// than once (a failed batch is retried op by op), always in a fresh
+/// transaction, so it must not keep state between runs.
 pub trait WriteOp: Send + Sync + 'static {
     type Output: Send + 'static;
     /// True for ops that only grant (may be skipped once their submitter has
@@ -143,50 +147,65 @@ pub trait WriteOp: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Self::Output, sqlx::Error>>;
 }
 
-trait Queued: Send {
+/// A kind of state change applied in bulk: every op of the kind in a batch is
+/// applied by one `apply_batch`, after the batch's [`WriteOp`]s. Everything in
+/// one batch was in flight at the same time, so that order is as valid a
+/// serialisation as any; `apply_batch` must decide each op as if it were
+/// applied alone, in the order given. Like [`WriteOp::apply`] it may run more
+/// than once (a failed batch is retried op by op, each in a batch of its own).
+pub trait BatchedOp: Send + Sync + 'static {
+    type Output: Send + 'static;
+    /// True when this op only grants (see [`WriteOp::GRANTS`]); asked per op,
+    /// since one kind may carry grants and records that must happen regardless.
+    fn grants(&self) -> bool;
+    /// Applies `ops` (in submission order) and returns one output per op, in
+    /// the same order.
+    fn apply_batch<'a>(
+        ctx: &'a mut WriteCtx<'_>,
+        ops: &'a [&'a Self],
+    ) -> BoxFuture<'a, Result<Vec<Self::Output>, sqlx::Error>>;
+}
+
+/// Applies the jobs of one [`BatchedOp`] kind (all of them of that kind).
+type ApplyKind = for<'a, 'c> fn(
+    &'a mut WriteCtx<'c>,
+    Vec<&'a mut (dyn Queued + 'static)>,
+) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+
+/// The kind of a batched job: jobs with the same `id` are applied together by `apply`.
+#[derive(Clone, Copy)]
+struct BatchKind {
+    id: TypeId,
+    apply: ApplyKind,
+}
+
+trait Queued: Send + Any {
+    /// `None` for a job applied alone (by [`Queued::run`]), `Some` for one
+    /// applied with the other jobs of its kind.
+    fn batch_kind(&self) -> Option<BatchKind>;
+    /// Applies a job that has no batch kind.
     fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>>;
-    /// Capability issuances are applied together, in bulk, after the other ops.
-    fn issue_slot(&mut self) -> Option<&mut IssueSlot> {
-        None
-    }
+    fn as_any_mut(&mut self) -> &mut dyn Any;
     fn discard(&mut self);
     fn finish(self: Box<Self>, error: Option<StoreError>);
     /// The submitter gave up waiting and the op only grants something (a
-    /// capability, a use, a run): applying it would record a grant nobody will
+    /// credential, a use, a run): applying it would record a grant nobody will
     /// be told about, so it is skipped. Revocations are always applied.
     fn abandoned(&self) -> bool;
 }
 
-struct QueuedIssue {
-    slot: IssueSlot,
-    reply: oneshot::Sender<Result<IssueOutcome, StoreError>>,
-}
-
-impl Queued for QueuedIssue {
-    fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move { apply_issue_segment(ctx, &mut [&mut self.slot]).await })
-    }
-
-    fn issue_slot(&mut self) -> Option<&mut IssueSlot> {
-        Some(&mut self.slot)
-    }
-
-    fn abandoned(&self) -> bool {
-        self.slot.op.record.is_some() && self.reply.is_closed()
-    }
-
-    fn discard(&mut self) {
-        self.slot.outcome = None;
-    }
-
-    fn finish(self: Box<Self>, error: Option<StoreError>) {
-        let result = match (error, self.slot.outcome) {
-            (None, Some(out)) => Ok(out),
-            (Some(e), _) => Err(e),
-            (None, None) => Err(StoreError::Unavailable("write produced no result".into())),
-        };
-        let _ = self.reply.send(result);
-    }
+/// Answers a submitter: the op's output once committed, else the error.
+fn answer<T>(
+    reply: oneshot::Sender<Result<T, StoreError>>,
+    error: Option<StoreError>,
+    out: Option<T>,
+) {
+    let result = match (error, out) {
+        (None, Some(out)) => Ok(out),
+        (Some(e), _) => Err(e),
+        (None, None) => Err(StoreError::Unavailable("write produced no result".into())),
+    };
+    let _ = reply.send(result);
 }
 
 struct Pending<O: WriteOp> {
@@ -196,12 +215,20 @@ struct Pending<O: WriteOp> {
 }
 
 impl<O: WriteOp> Queued for Pending<O> {
+    fn batch_kind(&self) -> Option<BatchKind> {
+        None
+    }
+
     fn run<'a>(&'a mut self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
             let out = self.op.apply(ctx).await?;
             self.out = Some(out);
             Ok(())
         })
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
     }
 
     fn discard(&mut self) {
@@ -213,12 +240,77 @@ impl<O: WriteOp> Queued for Pending<O> {
     }
 
     fn finish(self: Box<Self>, error: Option<StoreError>) {
-        let result = match (error, self.out) {
-            (None, Some(out)) => Ok(out),
-            (Some(e), _) => Err(e),
-            (None, None) => Err(StoreError::Unavailable("write produced no result".into())),
-        };
-        let _ = self.reply.send(result);
+        answer(self.reply, error, self.out);
+    }
+}
+
+struct PendingBatched<O: BatchedOp> {
+    op: O,
+    out: Option<O::Output>,
+    reply: oneshot::Sender<Result<O::Output, StoreError>>,
+}
+
+impl<O: BatchedOp> PendingBatched<O> {
+    /// The [`ApplyKind`] of `O`: downcasts the jobs back to `PendingBatched<O>`,
+    /// applies their ops in one `apply_batch` and keeps each output.
+    fn apply_kind<'a>(
+        ctx: &'a mut WriteCtx<'_>,
+        jobs: Vec<&'a mut (dyn Queued + 'static)>,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let mut jobs: Vec<&mut PendingBatched<O>> = jobs
+                .into_iter()
+                .map(|j| j.as_any_mut().downcast_mut::<PendingBatched<O>>())
+                .collect::<Option<_>>()
+                .ok_or_else(|| sqlx::Error::Protocol("a batch kind mixed two op types".into()))?;
+            let ops: Vec<&O> = jobs.iter().map(|j| &j.op).collect();
+            let outs = O::apply_batch(ctx, &ops).await?;
+            if outs.len() != jobs.len() {
+                // Fail closed: a batch that cannot say what each op did commits nothing.
+                return Err(sqlx::Error::Protocol(format!(
+                    "a batched apply returned {} results for {} ops",
+                    outs.len(),
+                    jobs.len()
+                )));
+            }
+            for (job, out) in jobs.iter_mut().zip(outs) {
+                job.out = Some(out);
+            }
+            Ok(())
+        })
+    }
+}
+
+impl<O: BatchedOp> Queued for PendingBatched<O> {
+    fn batch_kind(&self) -> Option<BatchKind> {
+        Some(BatchKind {
+            id: TypeId::of::<O>(),
+            apply: Self::apply_kind,
+        })
+    }
+
+    fn run<'a>(&'a mut self, _ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async {
+            Err(sqlx::Error::Protocol(
+                "a batched op is applied with its kind, not alone".into(),
+            ))
+        })
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn discard(&mut self) {
+        self.out = None;
+    }
+
+    fn abandoned(&self) -> bool {
+        self.op.grants() && self.reply.is_closed()
+    }
+
+    fn finish(self: Box<Self>, error: Option<StoreError>) {
+        answer(self.reply, error, self.out);
     }
 }
 
@@ -298,13 +390,19 @@ impl Writer {
         .await
     }
 
-    /// Records a capability (see `capabilities::apply_issue_segment`); returns only
-    /// after its transaction committed.
-    pub async fn record_issuance(&self, op: IssueCapability) -> Result<IssueOutcome, StoreError> {
+    /// Applies `op` durably with the other ops of its kind in the batch;
+    /// returns only after its transaction committed.
+    pub async fn submit_batched<O: BatchedOp>(&self, op: O) -> Result<O::Output, StoreError> {
         let (reply, rx) = oneshot::channel();
-        let slot = IssueSlot { op, outcome: None };
-        self.enqueue(Box::new(QueuedIssue { slot, reply }), rx)
-            .await
+        self.enqueue(
+            Box::new(PendingBatched {
+                op,
+                out: None,
+                reply,
+            }),
+            rx,
+        )
+        .await
     }
 
     async fn enqueue<T>(
@@ -534,19 +632,25 @@ async fn apply_all(
         audit_key: env.audit_key.get().cloned(),
     };
     // Everything in one batch was in flight at the same time, so any order is a
-    // valid serialisation: first the ops one by one, then all issuances in bulk.
+    // valid serialisation: first the ops one by one, then each batched kind in
+    // bulk (kinds in the order their first op was submitted).
+    let mut kinds: Vec<BatchKind> = Vec::new();
     for job in batch.iter_mut() {
-        if job.issue_slot().is_none() && !job.abandoned() {
-            job.run(&mut ctx).await?;
+        match job.batch_kind() {
+            None if !job.abandoned() => job.run(&mut ctx).await?,
+            Some(kind) if !kinds.iter().any(|k| k.id == kind.id) => kinds.push(kind),
+            _ => {}
         }
     }
-    let mut slots: Vec<&mut IssueSlot> = batch
-        .iter_mut()
-        .filter(|j| !j.abandoned())
-        .filter_map(|j| j.issue_slot())
-        .collect();
-    if !slots.is_empty() {
-        apply_issue_segment(&mut ctx, &mut slots).await?;
+    for kind in kinds {
+        let jobs: Vec<&mut (dyn Queued + 'static)> = batch
+            .iter_mut()
+            .filter(|j| !j.abandoned() && j.batch_kind().is_some_and(|k| k.id == kind.id))
+            .map(|j| j.as_mut())
+            .collect();
+        if !jobs.is_empty() {
+            (kind.apply)(&mut ctx, jobs).await?;
+        }
     }
     ctx.flush_audit().await?;
     let applied = started.elapsed();
@@ -606,5 +710,106 @@ impl WriteOp for Probe {
                 .await?;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The engine on its own: batched kinds get every op of theirs in a batch
+    //! and route each output back to its submitter; a kind that cannot account
+    //! for every op fails closed.
+    use super::*;
+    use crate::config::StoreUrl;
+    use crate::store::Store;
+    use std::sync::Mutex;
+
+    /// Answers `n * 10`; records the size of each `apply_batch` call.
+    struct Times10(u32);
+
+    static BATCH_SIZES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+    impl BatchedOp for Times10 {
+        type Output = u32;
+        fn grants(&self) -> bool {
+            false
+        }
+        fn apply_batch<'a>(
+            _ctx: &'a mut WriteCtx<'_>,
+            ops: &'a [&'a Self],
+        ) -> BoxFuture<'a, Result<Vec<u32>, sqlx::Error>> {
+            Box::pin(async move {
+                BATCH_SIZES.lock().unwrap().push(ops.len());
+                Ok(ops.iter().map(|op| op.0 * 10).collect())
+            })
+        }
+    }
+
+    /// Returns no output at all.
+    struct Mute;
+
+    impl BatchedOp for Mute {
+        type Output = ();
+        fn grants(&self) -> bool {
+            false
+        }
+        fn apply_batch<'a>(
+            _ctx: &'a mut WriteCtx<'_>,
+            _ops: &'a [&'a Self],
+        ) -> BoxFuture<'a, Result<Vec<()>, sqlx::Error>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    async fn store(dir: &std::path::Path) -> Store {
+        Store::open(&StoreUrl::Sqlite(dir.join("t.db")), 2, Clock::new())
+            .await
+            .expect("store opens")
+    }
+
+    fn temp_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("tessera-writer-{}", crate::ids::new_id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batched_ops_share_an_apply_and_get_their_own_outputs() {
+        let dir = temp_dir();
+        let store = store(&dir).await;
+        let writer = store.writer().clone();
+        let jobs: Vec<_> = (0..64u32)
+            .map(|n| {
+                let w = writer.clone();
+                tokio::spawn(async move {
+                    // Plain ops in the same batches as the batched ones.
+                    let probe = w.submit(Probe);
+                    let (probed, out) = tokio::join!(probe, w.submit_batched(Times10(n)));
+                    probed.expect("probe commits");
+                    (n, out.expect("batched op commits"))
+                })
+            })
+            .collect();
+        for job in jobs {
+            let (n, out) = job.await.expect("task");
+            assert_eq!(out, n * 10);
+        }
+        let sizes = BATCH_SIZES.lock().unwrap().clone();
+        assert_eq!(
+            sizes.iter().sum::<usize>(),
+            64,
+            "every op applied once: {sizes:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_loses_an_output_fails_closed() {
+        let dir = temp_dir();
+        let store = store(&dir).await;
+        let err = store.writer().submit_batched(Mute).await.unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+        // The writer goes on.
+        store.writer().submit(Probe).await.expect("probe commits");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
