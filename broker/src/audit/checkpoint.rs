@@ -133,11 +133,10 @@ impl WriteOp for WitnessOutcome {
 /// whatever the store's copy says.
 pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
     let store = &app.store;
-    let head = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1")
-        .fetch_one(store.pool())
-        .await?;
-    let head_seq: i64 = col(&head, "seq")?;
-    let head_hash: String = col(&head, "hash")?;
+    let crate::store::audit::Head {
+        seq: head_seq,
+        hash: head_hash,
+    } = crate::store::audit::head(store).await?;
     if head_seq < store.writer().audit_high_water() {
         tracing::error!(
             head_seq,
@@ -180,20 +179,14 @@ pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
     if !due {
         return Ok(None);
     }
-    let q = store.sql("SELECT at_ms, hash FROM audit WHERE seq = $1");
-    let Some(row) = sqlx::query(&q)
-        .bind(head_seq)
-        .fetch_optional(store.pool())
-        .await?
-    else {
+    let Some(row) = crate::store::audit::row_link(store, head_seq).await? else {
         tracing::error!(
             seq = head_seq,
             "the audit head names a row that does not exist; no checkpoint"
         );
         return Ok(None);
     };
-    let row_hash: String = col(&row, "hash")?;
-    if row_hash != head_hash {
+    if row.hash != head_hash {
         tracing::error!(
             seq = head_seq,
             "the audit head does not match its row; no checkpoint"
@@ -207,7 +200,7 @@ pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
         iss: app.config.issuer.clone(),
         seq: head_seq,
         hash: head_hash,
-        at_ms: col(&row, "at_ms")?,
+        at_ms: row.at_ms,
         iat: now,
         audit_key: key.id.clone(),
         unkeyed_until_seq: key.unkeyed_until_seq,
@@ -428,14 +421,9 @@ pub async fn check(
                 continue;
             }
         };
-        let q = app.store.sql("SELECT hash FROM audit WHERE seq = $1");
-        let row = sqlx::query(&q)
-            .bind(claims.seq)
-            .fetch_optional(app.store.pool())
-            .await?;
-        let status = match row {
+        let status = match crate::store::audit::row_link(&app.store, claims.seq).await? {
             None => "missing",
-            Some(r) if col::<String>(&r, "hash")? == claims.hash => "matches",
+            Some(r) if r.hash == claims.hash => "matches",
             Some(_) => "changed",
         };
         out.push(CheckpointCheck {

@@ -80,11 +80,7 @@ pub async fn load_or_create(store: &Store, kek: &Kek, now: i64) -> Result<AuditK
     if let Some(key) = load(store, kek).await? {
         return Ok(key);
     }
-    let keyed = sqlx::query("SELECT seq FROM audit WHERE key_id IS NOT NULL LIMIT 1")
-        .fetch_optional(store.pool())
-        .await
-        .map_err(StoreError::from)?;
-    if keyed.is_some() {
+    if crate::store::audit::any_keyed_row(store).await? {
         return Err(AuditKeyError::Missing);
     }
     let until: i64 = sqlx::query_scalar("SELECT until_seq FROM audit_unkeyed_prefix WHERE id = 1")

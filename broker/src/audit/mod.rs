@@ -62,8 +62,8 @@ struct Canonical<'a, E> {
 
 /// The unkeyed link of the row at `seq` given the previous row's link (rows
 /// written before the chain was keyed). `event` is an [`AuditEvent`] when
-/// writing, and [`verify::StoredEvent`] (same fields, same order, read back
-/// from the store) when verifying.
+/// writing, and [`crate::store::audit::StoredEvent`] (same fields, same order,
+/// read back from the store) when verifying.
 pub fn chain_hash<E: Serialize>(prev_hash: &str, seq: i64, at_ms: i64, event: &E) -> String {
     let body = serde_json::to_vec(&Canonical { seq, at_ms, event }).unwrap_or_default();
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);

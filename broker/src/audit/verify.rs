@@ -14,7 +14,8 @@
 //! from the end.
 
 use super::{chain_hash, chain_mac, AuditKey, GENESIS_HASH};
-use crate::store::{col, Store, StoreError};
+use crate::store::audit::{self, StoredRow};
+use crate::store::{Store, StoreError};
 use serde::Serialize;
 
 const PAGE: i64 = 1000;
@@ -48,52 +49,15 @@ pub struct Report {
     pub first_problem: Option<Problem>,
 }
 
-/// An audit row's event as stored: the fields of [`AuditEvent`], in its order,
-/// so it serialises (and hashes) exactly as it did when written.
-#[derive(Debug, Serialize)]
-pub struct StoredEvent {
-    event: String,
-    actor: String,
-    decision: String,
-    reason: Option<String>,
-    run_id: Option<String>,
-    capability_id: Option<String>,
-    user: Option<String>,
-    action: Option<String>,
-    resource: Option<String>,
-    request_id: Option<String>,
-    detail: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    task_id: Option<String>,
-}
-
-fn event_of(row: &sqlx::any::AnyRow) -> Result<StoredEvent, StoreError> {
-    Ok(StoredEvent {
-        event: col(row, "event")?,
-        actor: col(row, "actor")?,
-        decision: col(row, "decision")?,
-        reason: col(row, "reason")?,
-        run_id: col(row, "run_id")?,
-        capability_id: col(row, "capability_id")?,
-        user: col(row, "user_name")?,
-        action: col(row, "action")?,
-        resource: col(row, "resource")?,
-        request_id: col(row, "request_id")?,
-        detail: col(row, "detail")?,
-        task_id: col(row, "task_id")?,
-    })
-}
-
 /// Verifies the whole chain with `key`, the audit key the broker holds.
 pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError> {
     // The head first, then the rows up to it: rows committed during the walk
     // are after the head read and not part of this verification (reading the
     // head last would take a commit during the walk for a truncation).
-    let head = sqlx::query("SELECT seq, hash FROM audit_head WHERE id = 1")
-        .fetch_one(store.pool())
-        .await?;
-    let head_seq: i64 = col(&head, "seq")?;
-    let head_hash: String = col(&head, "hash")?;
+    let audit::Head {
+        seq: head_seq,
+        hash: head_hash,
+    } = audit::head(store).await?;
     let mut prev = GENESIS_HASH.to_owned();
     let mut expected = 1i64;
     let mut rows = 0i64;
@@ -101,27 +65,19 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
     let mut keyed_seen = false;
     let mut first_problem = None;
     'pages: loop {
-        let q = store.sql(
-            "SELECT seq, at_ms, event, actor, decision, reason, run_id, capability_id, user_name, \
-             action, resource, request_id, detail, task_id, prev_hash, hash, key_id FROM audit \
-             WHERE seq >= $1 AND seq <= $3 ORDER BY seq LIMIT $2",
-        );
-        let page = sqlx::query(&q)
-            .bind(expected)
-            .bind(PAGE)
-            .bind(head_seq)
-            .fetch_all(store.pool())
-            .await?;
+        let page = audit::chain_page(store, expected, head_seq, PAGE).await?;
         if page.is_empty() {
             break;
         }
-        for row in &page {
-            let seq: i64 = col(row, "seq")?;
-            let prev_hash: String = col(row, "prev_hash")?;
-            let hash: String = col(row, "hash")?;
-            let at_ms: i64 = col(row, "at_ms")?;
-            let key_id: Option<String> = col(row, "key_id")?;
-            let event = event_of(row)?;
+        for row in page {
+            let StoredRow {
+                seq,
+                at_ms,
+                event,
+                prev_hash,
+                hash,
+                key_id,
+            } = row;
             let recomputed = match &key_id {
                 Some(id) if *id == key.id => Some(chain_mac(key, &prev_hash, seq, at_ms, &event)),
                 Some(_) => None,

@@ -12,7 +12,8 @@
 
 use super::rate;
 use super::runs::{run_columns, RunRecord, RunState};
-use super::writer::{BatchedOp, BoxFuture, WriteCtx, WriteOp, Writer, ROWS_PER_INSERT};
+use super::sql::ROWS_PER_INSERT;
+use super::writer::{BatchedOp, BoxFuture, WriteCtx, WriteOp, Writer};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
 use sqlx::Row;

@@ -9,6 +9,7 @@
 //! Any store failure maps to [`StoreError::Unavailable`] and, at the HTTP edge, a
 //! 503: the broker fails closed and issues nothing it could not record.
 
+pub mod audit;
 pub mod capabilities;
 pub mod holds;
 pub mod instances;
@@ -227,4 +228,13 @@ where
     use sqlx::Row;
     row.try_get(name)
         .map_err(|e| StoreError::Corrupt(format!("column {name}: {e}")))
+}
+
+/// Decodes a whole row into `T` (a `#[derive(sqlx::FromRow)]` struct), mapping
+/// a mismatch to `Corrupt` like [`col`].
+pub(crate) fn decode<'r, T>(row: &'r sqlx::any::AnyRow) -> Result<T, StoreError>
+where
+    T: sqlx::FromRow<'r, sqlx::any::AnyRow>,
+{
+    T::from_row(row).map_err(|e| StoreError::Corrupt(e.to_string()))
 }

@@ -7,6 +7,9 @@
 
 use std::borrow::Cow;
 
+/// Rows per multi-row INSERT (bounded so statement variants stay few).
+pub const ROWS_PER_INSERT: usize = 50;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     Sqlite,

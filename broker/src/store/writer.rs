@@ -25,10 +25,11 @@
 //! batches of all replicas are serialised: a batch may read state (run ended?
 //! rate bucket?) and write it back without another replica interleaving.
 
-use super::{sql_for, Dialect, StoreError};
+use super::audit::{ChainedRow, Head};
+use super::{Dialect, StoreError};
 use crate::audit::{chain_mac, AuditEvent, AuditKey};
 use crate::clock::Clock;
-use sqlx::{AnyConnection, Executor, Row};
+use sqlx::{AnyConnection, Executor};
 use std::any::{Any, TypeId};
 use std::future::Future;
 use std::pin::Pin;
@@ -51,26 +52,15 @@ pub struct WriteCtx<'c> {
     pub conn: &'c mut AnyConnection,
     pub dialect: Dialect,
     pub now_ms: i64,
-    head_seq: i64,
-    head_hash: String,
+    head: Head,
     /// Audit rows of this batch, written in bulk just before the commit.
-    audit_rows: Vec<AuditRow>,
+    audit_rows: Vec<ChainedRow>,
     audit_key: Option<Arc<AuditKey>>,
 }
 
-struct AuditRow {
-    seq: i64,
-    event: AuditEvent,
-    prev_hash: String,
-    hash: String,
-}
-
-/// Rows per multi-row INSERT (bounded so statement variants stay few).
-pub const ROWS_PER_INSERT: usize = 50;
-
 impl WriteCtx<'_> {
     pub fn sql(&self, q: &'static str) -> std::borrow::Cow<'static, str> {
-        sql_for(self.dialect, q)
+        super::sql_for(self.dialect, q)
     }
 
     pub fn now(&self) -> i64 {
@@ -84,11 +74,11 @@ impl WriteCtx<'_> {
         let Some(key) = &self.audit_key else {
             return Err(sqlx::Error::Protocol("the audit key is not loaded".into()));
         };
-        let seq = self.head_seq + 1;
-        let hash = chain_mac(key, &self.head_hash, seq, self.now_ms, event);
-        let prev_hash = std::mem::replace(&mut self.head_hash, hash.clone());
-        self.head_seq = seq;
-        self.audit_rows.push(AuditRow {
+        let seq = self.head.seq + 1;
+        let hash = chain_mac(key, &self.head.hash, seq, self.now_ms, event);
+        let prev_hash = std::mem::replace(&mut self.head.hash, hash.clone());
+        self.head.seq = seq;
+        self.audit_rows.push(ChainedRow {
             seq,
             event: event.clone(),
             prev_hash,
@@ -99,37 +89,8 @@ impl WriteCtx<'_> {
 
     async fn flush_audit(&mut self) -> Result<(), sqlx::Error> {
         let rows = std::mem::take(&mut self.audit_rows);
-        for chunk in rows.chunks(ROWS_PER_INSERT) {
-            let q = format!(
-                "INSERT INTO audit (seq, at_ms, event, actor, decision, reason, run_id, capability_id, \
-                 user_name, action, resource, request_id, detail, task_id, prev_hash, hash, key_id) VALUES {}",
-                super::sql::values_placeholders(self.dialect, chunk.len(), 17)
-            );
-            let mut query = sqlx::query(&q);
-            for r in chunk {
-                let e = &r.event;
-                query = query
-                    .bind(r.seq)
-                    .bind(self.now_ms)
-                    .bind(e.event)
-                    .bind(&e.actor)
-                    .bind(e.decision)
-                    .bind(&e.reason)
-                    .bind(&e.run_id)
-                    .bind(&e.capability_id)
-                    .bind(&e.user)
-                    .bind(&e.action)
-                    .bind(&e.resource)
-                    .bind(&e.request_id)
-                    .bind(&e.detail)
-                    .bind(&e.task_id)
-                    .bind(&r.prev_hash)
-                    .bind(&r.hash)
-                    .bind(self.audit_key.as_ref().map(|k| k.id.clone()));
-            }
-            query.execute(&mut *self.conn).await?;
-        }
-        Ok(())
+        let key_id = self.audit_key.as_ref().map(|k| k.id.as_str());
+        super::audit::insert(self.conn, self.dialect, self.now_ms, key_id, &rows).await
     }
 }
 
@@ -596,21 +557,14 @@ async fn apply_all(
     dialect: Dialect,
     env: &WriterEnv,
 ) -> Result<(), sqlx::Error> {
-    let (begin, head_sql) = match dialect {
-        Dialect::Sqlite => (
-            "BEGIN IMMEDIATE",
-            "SELECT seq, hash FROM audit_head WHERE id = 1",
-        ),
-        Dialect::Postgres => (
-            "BEGIN",
-            "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE",
-        ),
+    let begin = match dialect {
+        Dialect::Sqlite => "BEGIN IMMEDIATE",
+        Dialect::Postgres => "BEGIN",
     };
     let started = std::time::Instant::now();
     conn.execute(begin).await?;
-    let head = sqlx::query(head_sql).fetch_one(&mut *conn).await?;
-    let head_seq: i64 = head.try_get("seq")?;
-    let head_hash: String = head.try_get("hash")?;
+    let head = super::audit::lock_head(conn, dialect).await?;
+    let head_seq = head.seq;
     let seen = env.high_water.load(Ordering::Acquire);
     if head_seq < seen {
         tracing::error!(
@@ -626,8 +580,7 @@ async fn apply_all(
         conn,
         dialect,
         now_ms: env.clock.now_ms(),
-        head_seq,
-        head_hash,
+        head,
         audit_rows: Vec::new(),
         audit_key: env.audit_key.get().cloned(),
     };
@@ -654,20 +607,12 @@ async fn apply_all(
     }
     ctx.flush_audit().await?;
     let applied = started.elapsed();
-    if ctx.head_seq != head_seq {
-        let q = sql_for(
-            dialect,
-            "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1",
-        );
-        sqlx::query(&q)
-            .bind(ctx.head_seq)
-            .bind(&ctx.head_hash)
-            .execute(&mut *ctx.conn)
-            .await?;
+    if ctx.head.seq != head_seq {
+        super::audit::set_head(ctx.conn, dialect, &ctx.head).await?;
     }
     let committing = std::time::Instant::now();
     ctx.conn.execute("COMMIT").await?;
-    env.high_water.fetch_max(ctx.head_seq, Ordering::AcqRel);
+    env.high_water.fetch_max(ctx.head.seq, Ordering::AcqRel);
     let commit = committing.elapsed();
     // COMMIT is where SQLite syncs the WAL and, past wal_autocheckpoint pages,
     // runs a checkpoint: a slow batch with a small apply_us is the disk's.
