@@ -693,7 +693,7 @@ pub async fn list_for_run(store: &Store, run_id: &str) -> Result<Vec<CapabilityR
         .collect()
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct LeaseRow {
     pub id: String,
     pub capability_id: String,
@@ -710,19 +710,7 @@ pub async fn leases_for_run(store: &Store, run_id: &str) -> Result<Vec<LeaseRow>
          FROM leases WHERE run_id = $1 ORDER BY created_at, id",
     );
     let rows = sqlx::query(&q).bind(run_id).fetch_all(store.pool()).await?;
-    rows.iter()
-        .map(|row| {
-            Ok(LeaseRow {
-                id: col(row, "id")?,
-                capability_id: col(row, "capability_id")?,
-                backend: col(row, "backend")?,
-                kind: col(row, "kind")?,
-                created_at: col(row, "created_at")?,
-                expires_at: col(row, "expires_at")?,
-                revoked_at: col(row, "revoked_at")?,
-            })
-        })
-        .collect()
+    rows.iter().map(super::decode).collect()
 }
 
 /// A capability as the store recorded it at issuance, its fields that never

@@ -4,11 +4,11 @@
 //! the instance row and the lease of every claim it holds in one statement each.
 
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
-use super::{col, Store, StoreError};
+use super::{col, decode, Store, StoreError};
 use crate::instance::{Instance, CLAIM_LEASE_SECS};
 
 /// An instance as the store records it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct InstanceRow {
     pub id: String,
     pub machine: String,
@@ -153,17 +153,11 @@ pub async fn claimants(
     rows.iter()
         .map(|r| {
             let claimed_by: String = col(r, "claimed_by")?;
+            // The LEFT JOIN found no instance row: its columns are all null.
             let id: Option<String> = col(r, "id")?;
             let row = match id {
                 None => None,
-                Some(id) => Some(InstanceRow {
-                    id,
-                    machine: col(r, "machine")?,
-                    pid: col(r, "pid")?,
-                    pid_start: col(r, "pid_start")?,
-                    heartbeat_at: col(r, "heartbeat_at")?,
-                    stopped_at: col(r, "stopped_at")?,
-                }),
+                Some(_) => Some(decode::<InstanceRow>(r)?),
             };
             Ok((claimed_by, row))
         })

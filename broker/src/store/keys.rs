@@ -5,10 +5,10 @@
 //! one, in one transaction, so replicas reading the table agree on the active key.
 
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
-use super::{col, Store, StoreError};
+use super::{decode, Store, StoreError};
 use crate::audit::AuditEvent;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct KeyRow {
     pub kid: String,
     pub public_key: String,
@@ -22,18 +22,7 @@ pub async fn load_all(store: &Store) -> Result<Vec<KeyRow>, StoreError> {
     let q = "SELECT kid, public_key, sealed_private_key, created_at, retired_at, publish_until \
              FROM signing_keys ORDER BY created_at, kid";
     let rows = sqlx::query(q).fetch_all(store.pool()).await?;
-    rows.iter()
-        .map(|row| {
-            Ok(KeyRow {
-                kid: col(row, "kid")?,
-                public_key: col(row, "public_key")?,
-                sealed_private_key: col(row, "sealed_private_key")?,
-                created_at: col(row, "created_at")?,
-                retired_at: col(row, "retired_at")?,
-                publish_until: col(row, "publish_until")?,
-            })
-        })
-        .collect()
+    rows.iter().map(decode).collect()
 }
 
 /// Inserts a new active key; with `retire_until` set, first retires every active

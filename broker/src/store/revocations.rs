@@ -267,7 +267,7 @@ impl WriteOp for ExpireLeases {
 }
 
 /// A revocation as administrators see it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 pub struct RevocationRow {
     pub lease_id: String,
     pub backend: String,
@@ -301,22 +301,7 @@ pub async fn pending(
         .bind(limit)
         .fetch_all(store.pool())
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(RevocationRow {
-                lease_id: col(r, "lease_id")?,
-                backend: col(r, "backend")?,
-                downstream_ref: col(r, "downstream_ref")?,
-                run_id: col(r, "run_id")?,
-                reason: col(r, "reason")?,
-                created_at: col(r, "created_at")?,
-                attempts: col(r, "attempts")?,
-                next_attempt_at: col(r, "next_attempt_at")?,
-                last_error: col(r, "last_error")?,
-                done_at: col(r, "done_at")?,
-            })
-        })
-        .collect()
+    rows.iter().map(super::decode).collect()
 }
 
 /// Whether any revocation is due at `now`: a read, so an idle worker never takes

@@ -1,11 +1,11 @@
 //! Runtimes: the orchestrators allowed to start runs, scoped by user and task-kind globs.
 
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
-use super::{col, Store, StoreError};
+use super::{decode, Store, StoreError};
 use crate::audit::{events, AuditEvent};
 use tessera_client::types::RevokedCounts;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct RuntimeRecord {
     pub id: String,
     pub name: String,
@@ -129,18 +129,6 @@ impl WriteOp for DisableRuntime {
     }
 }
 
-fn from_row(row: &sqlx::any::AnyRow) -> Result<RuntimeRecord, StoreError> {
-    Ok(RuntimeRecord {
-        id: col(row, "id")?,
-        name: col(row, "name")?,
-        users: col(row, "users")?,
-        task_kinds: col(row, "task_kinds")?,
-        client_cert_sha256: col(row, "client_cert_sha256")?,
-        created_at: col(row, "created_at")?,
-        disabled_at: col(row, "disabled_at")?,
-    })
-}
-
 /// The enabled runtime whose key hashes to `key_hash`.
 pub async fn find_by_key_hash(
     store: &Store,
@@ -154,12 +142,12 @@ pub async fn find_by_key_hash(
         .bind(key_hash)
         .fetch_optional(store.pool())
         .await?;
-    row.as_ref().map(from_row).transpose()
+    row.as_ref().map(decode).transpose()
 }
 
 pub async fn list(store: &Store) -> Result<Vec<RuntimeRecord>, StoreError> {
     let q =
         "SELECT id, name, users, task_kinds, client_cert_sha256, created_at, disabled_at FROM runtimes ORDER BY name";
     let rows = sqlx::query(q).fetch_all(store.pool()).await?;
-    rows.iter().map(from_row).collect()
+    rows.iter().map(decode).collect()
 }
