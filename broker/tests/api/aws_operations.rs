@@ -82,15 +82,14 @@ async fn no_secret_reaches_audit_rows_or_debug_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ending_a_run_denies_its_sessions_on_the_role_with_deny_revoked_runs() {
-    let app = TestApp::spawn_extra(
-        Db::Sqlite,
-        Extra {
+    let app = TestApp::builder(Db::Sqlite)
+        .extra(Extra {
             config: backend("aws-revoke", REVOKE_ROLE, "deny_revoked_runs = true"),
             policy: POLICY.to_owned(),
             env: broker_env(),
-        },
-    )
-    .await;
+        })
+        .start()
+        .await;
     let resource = "aws-revoke:arn:aws:s3:::tessera-reports/reports/2026/*";
     let path = format!("/{BUCKET}/reports/2026/q1.csv");
     let (key, run_id, token) = app.run_for("alice").await;
@@ -204,15 +203,14 @@ async fn broker_credentials_from_a_named_profile() {
             file.display()
         ),
     );
-    let app = TestApp::spawn_extra(
-        Db::Sqlite,
-        Extra {
+    let app = TestApp::builder(Db::Sqlite)
+        .extra(Extra {
             config: toml,
             policy: POLICY.to_owned(),
             env: vec![],
-        },
-    )
-    .await;
+        })
+        .start()
+        .await;
     let (_, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "s3:GetObject", REPORTS_2026)

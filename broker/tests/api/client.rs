@@ -176,7 +176,10 @@ async fn a_503_is_retried_until_the_broker_recovers() {
     let switch = Switch::start().await;
     let server = crate::support::app::pg_url()
         .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", switch.port));
-    let app = TestApp::spawn_with(Db::Postgres, Some(server)).await;
+    let app = TestApp::builder(Db::Postgres)
+        .pg_server(server)
+        .start()
+        .await;
     let (_k, _r, token) = app.run_for("alice").await;
 
     // Store down: without retries the client reports the broker's 503.

@@ -2,7 +2,7 @@
 //! exec --db` running `psql` as a throw-away user that can read one table, whose
 //! user is gone once the command exited and the outbox ran.
 
-use crate::support::app::{Db, TestApp};
+use crate::support::app::{Db, DbBackends, TestApp};
 use crate::support::postgres::PgFixture;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
@@ -10,7 +10,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_runs_psql_as_a_user_that_reads_one_table_and_is_then_gone() {
     let fx = PgFixture::new().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_k, run_id, token) = app.run_for("alice").await;
     let dir = crate::support::app::TempDir::new();
     let token_file = dir.0.join("run.token");
@@ -92,7 +95,10 @@ async fn exec_runs_psql_as_a_user_that_reads_one_table_and_is_then_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_library_gets_a_database_user() {
     let fx = PgFixture::new().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_k, _run, token) = app.run_for("alice").await;
     let client = tessera_client::Client::builder()
         .address(app.url(""))

@@ -4,7 +4,7 @@
 //! PostgreSQL and MariaDB user gone and every one of their sessions cut within
 //! [`BOUND`] of being ready — not after a two-minute claim timeout.
 
-use crate::support::app::{Db, ProcessBroker, TestApp};
+use crate::support::app::{Db, DbBackends, ProcessBroker, TestApp};
 use crate::support::mysql::MyFixture;
 use crate::support::postgres::PgFixture;
 use nix::sys::signal::Signal;
@@ -97,7 +97,10 @@ async fn all_gone(m: &mut Minted, pg: &PgFixture, my: &MyFixture) -> bool {
 async fn crash_at(db: Db, point: &str, stop: Stop) -> Duration {
     let pg = PgFixture::new().await;
     let my = MyFixture::new().await;
-    let mut app = TestApp::spawn_db(db).await;
+    let mut app = TestApp::builder(db)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let mut minted = mint(&app, &pg, &my, &token).await;
 

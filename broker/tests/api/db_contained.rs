@@ -234,7 +234,10 @@ async fn end_run(app: &TestApp, key: &str, run_id: &str) {
 async fn exactly_the_grant_and_nothing_that_outlives_it(version: u32) {
     let _shared = OPEN.read().await;
     let fx = Fx::new(version).await;
-    let app = TestApp::spawn_db_with(Db::Sqlite, fx.backends(true)).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(fx.backends(true))
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -392,7 +395,10 @@ async fn pg_strict_mode_refuses_until_the_server_is_fixed() {
     let _exclusive = OPEN.write().await;
     let fx = Fx::new(15).await;
     let open = fx.other_database(true).await;
-    let app = TestApp::spawn_db_with(Db::Sqlite, fx.backends(true)).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(fx.backends(true))
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -435,7 +441,10 @@ async fn pg_objects_in_other_databases_are_removed_and_a_poisoned_user_delays_no
     let fx = Fx::new(15).await;
     let reachable = fx.other_database(true).await;
     let unreachable = fx.other_database(true).await;
-    let app = TestApp::spawn_db_with(Db::Sqlite, fx.backends(false)).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(fx.backends(false))
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -525,7 +534,10 @@ async fn pg17_ten_thousand_live_users_on_one_table() {
     const USERS: usize = 10_000;
     let _shared = OPEN.read().await;
     let fx = Fx::new(17).await;
-    let app = TestApp::spawn_db_with(Db::Sqlite, fx.backends(true)).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(fx.backends(true))
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("ursula").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))

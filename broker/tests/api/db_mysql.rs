@@ -35,7 +35,10 @@ async fn end_run(app: &TestApp, key: &str, run_id: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn my_issued_user_gets_exactly_one_grant_and_run_end_removes_it() {
     let fx = MyFixture::new().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -106,7 +109,10 @@ async fn my_issued_user_gets_exactly_one_grant_and_run_end_removes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn my_capability_revoke_and_expiry_remove_users() {
     let fx = MyFixture::new().await;
-    let app = TestApp::spawn_db(Db::Postgres).await;
+    let app = TestApp::builder(Db::Postgres)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("alice").await;
 
     let cap = app
@@ -162,7 +168,10 @@ async fn my_capability_revoke_and_expiry_remove_users() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn my_fifty_parallel_exchanges_get_distinct_working_users() {
     let fx = MyFixture::new().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("dora").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -206,7 +215,10 @@ async fn my_fifty_parallel_exchanges_get_distinct_working_users() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn my_hostile_resource_names_are_refused_before_any_sql() {
     let fx = MyFixture::exclusive().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("alice").await;
     let before = fx.account_count().await;
     let long = "t".repeat(300);
@@ -243,7 +255,10 @@ async fn my_downstream_down_is_503_and_revocation_survives_restart() {
         mysql: mysql_url().replace("127.0.0.1:3306", &format!("127.0.0.1:{}", proxy.port)),
         ..DbBackends::default()
     };
-    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(backends)
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -308,7 +323,10 @@ async fn my_least_privileged_broker_account_suffices() {
         mysql: mysql_url().replace("mysql://root@", &format!("mysql://{account}@")),
         ..DbBackends::default()
     };
-    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(backends)
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -360,7 +378,10 @@ async fn my_database_grant_does_not_match_similar_names() {
         mysql: mysql_url().replace("/test", &format!("/{granted}")),
         ..DbBackends::default()
     };
-    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(backends)
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("frank").await;
     // System databases are never a resource (issue 13, item 9).
     for res in [
@@ -426,7 +447,10 @@ async fn my_accounts_use_the_configured_host_and_are_removed_under_it() {
         mysql_account_host: "127.0.0.1".to_owned(),
         ..DbBackends::default()
     };
-    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(backends)
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -471,7 +495,10 @@ async fn my_unsafe_defaults_are_found_refused_in_strict_mode_and_fixed() {
         strict: true,
         ..DbBackends::default()
     };
-    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(backends)
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))

@@ -77,7 +77,10 @@ async fn select(conn: &mut PgConnection, table: &str) -> Result<i64, sqlx::Error
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_issued_user_gets_exactly_one_grant() {
     let fx = PgFixture::new().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -212,7 +215,10 @@ async fn pg_issued_user_gets_exactly_one_grant() {
 
 async fn pg_run_end_removes_user_and_cuts_sessions(_plain: TestApp) {
     let fx = PgFixture::new().await;
-    let app = TestApp::spawn_db(store_of(&_plain)).await;
+    let app = TestApp::builder(store_of(&_plain))
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -267,7 +273,10 @@ fn store_of(app: &TestApp) -> Db {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_capability_revoke_and_expiry_remove_users() {
     let fx = PgFixture::new().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("alice").await;
 
     // Capability revoke.
@@ -336,7 +345,10 @@ async fn pg_capability_revoke_and_expiry_remove_users() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_fifty_parallel_exchanges_get_distinct_working_users() {
     let fx = PgFixture::new().await;
-    let app = TestApp::spawn_db(Db::Postgres).await;
+    let app = TestApp::builder(Db::Postgres)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("dora").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -391,7 +403,10 @@ async fn pg_fifty_parallel_exchanges_get_distinct_working_users() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_hostile_resource_names_are_refused_before_any_sql() {
     let fx = PgFixture::exclusive().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("alice").await;
     let roles_before = fx.role_count().await;
     let s = &fx.schema;
@@ -449,7 +464,10 @@ async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
         pg: pg_url().replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port)),
         ..DbBackends::default()
     };
-    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(backends)
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -546,7 +564,10 @@ async fn pg_downstream_down_is_503_and_revocation_completes_when_back() {
 
 async fn pg_revocation_survives_restart(plain: TestApp) {
     let fx = PgFixture::new().await;
-    let app = TestApp::spawn_db(store_of(&plain)).await;
+    let app = TestApp::builder(store_of(&plain))
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     drop(plain);
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
@@ -572,7 +593,10 @@ async fn pg_revocation_survives_restart(plain: TestApp) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_missing_table_is_422_and_leaves_nothing() {
     let fx = PgFixture::exclusive().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("no_such_table"))
@@ -608,7 +632,10 @@ async fn pg_missing_table_is_422_and_leaves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_all_tables_only_by_an_explicit_permit() {
     let fx = PgFixture::new().await;
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let all = fx.resource("*");
 
     // alice's permit matches any postgres path ("db-analysts"), so it matches
@@ -686,7 +713,10 @@ async fn pg_least_privileged_broker_account_suffices() {
     let fx = PgFixture::new().await;
     let s = &fx.schema;
     let (account, backends) = least_privileged_account(&fx).await;
-    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(backends)
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -731,7 +761,10 @@ async fn pg_insert_covers_the_tables_own_sequences() {
     .execute(&fx.admin)
     .await
     .unwrap();
-    let app = TestApp::spawn_db(Db::Sqlite).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("alice").await;
     for table in ["serials", "idents"] {
         let cap = app
@@ -779,7 +812,10 @@ async fn pg_insert_covers_the_tables_own_sequences() {
 async fn pg_users_that_own_objects_are_removed_with_their_batch() {
     let fx = PgFixture::new().await;
     let (account, backends) = least_privileged_account(&fx).await;
-    let app = TestApp::spawn_db_with(Db::Sqlite, backends).await;
+    let app = TestApp::builder(Db::Sqlite)
+        .db_backends(backends)
+        .start()
+        .await;
     let (key, run_id, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "select", &fx.resource("granted"))

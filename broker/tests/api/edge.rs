@@ -136,14 +136,13 @@ async fn survives_half_open_flood(app: &TestApp, url: &str, client: reqwest::Cli
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_open_connections_beyond_the_descriptor_limit_do_not_starve_clients() {
-    let app = TestApp::spawn_extra(
-        Db::Sqlite,
-        Extra {
+    let app = TestApp::builder(Db::Sqlite)
+        .extra(Extra {
             config: FAST_EDGE.to_owned(),
             ..Default::default()
-        },
-    )
-    .await;
+        })
+        .start()
+        .await;
     survives_half_open_flood(
         &app,
         "http://127.0.0.1:PORT/healthz",
@@ -168,14 +167,13 @@ async fn half_open_connections_on_the_tls_listener_do_not_starve_clients() {
         write("server.key", &pki.server.1),
         FAST_EDGE
     );
-    let app = TestApp::spawn_extra(
-        Db::Sqlite,
-        Extra {
+    let app = TestApp::builder(Db::Sqlite)
+        .extra(Extra {
             config,
             ..Default::default()
-        },
-    )
-    .await;
+        })
+        .start()
+        .await;
     let ca = reqwest::Certificate::from_pem(pki.ca_pem.as_bytes()).unwrap();
     let client = |port: u16| {
         reqwest::Client::builder()
@@ -332,14 +330,13 @@ async fn a_loopback_broker_answers_only_for_loopback_names() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_does_not_speak_h2c_and_slow_or_idle_clients_are_cut() {
-    let app = TestApp::spawn_extra(
-        Db::Sqlite,
-        Extra {
+    let app = TestApp::builder(Db::Sqlite)
+        .extra(Extra {
             config: FAST_EDGE.to_owned(),
             ..Default::default()
-        },
-    )
-    .await;
+        })
+        .start()
+        .await;
     // HTTP/2 prior knowledge on the plain port: no SETTINGS frame comes back.
     let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
     let answer = raw(app.addr, preface, Duration::from_secs(3)).await;

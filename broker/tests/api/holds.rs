@@ -4,7 +4,7 @@
 //! Slots: a capability issued in a slot supersedes the run's earlier ones in
 //! it. What `tessera credential-process` and the AWS provider rely on.
 
-use crate::support::app::{assert_error, Db, TestApp};
+use crate::support::app::{assert_error, Db, DbBackends, TestApp};
 use crate::support::postgres::PgFixture;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -72,7 +72,10 @@ async fn sweep_and_settle(app: &TestApp) {
 
 async fn a_lapsed_hold_revokes_the_capability_and_removes_its_user(db: Db) {
     let fx = PgFixture::new().await;
-    let app = TestApp::spawn_db(db).await;
+    let app = TestApp::builder(db)
+        .db_backends(DbBackends::default())
+        .start()
+        .await;
     let (_key, _run, token) = app.run_for("alice").await;
     let resource = fx.resource("granted");
 

@@ -9,9 +9,7 @@
 //! and the exchange after a tightening policy change succeeded.
 
 use crate::both_stores;
-use crate::support::app::{
-    assert_error, mysql_url, pg_url, Db, Extra, TestApp, DB_CONFIG, DB_POLICY, TEST_POLICY,
-};
+use crate::support::app::{assert_error, Db, DbBackends, Extra, TestApp, TEST_POLICY};
 use reqwest::StatusCode;
 use serde_json::Value;
 use tessera_broker::policy::simulate::RequestSpec;
@@ -57,18 +55,15 @@ actions = ["invoke"]
 "#;
 
 async fn spawn(db: Db) -> TestApp {
-    TestApp::spawn_extra(
-        db,
-        Extra {
-            config: format!("{DEPLOYER}{DB_CONFIG}"),
-            policy: format!("{GUARDS}{DB_POLICY}"),
-            env: vec![
-                ("TESSERA_TEST_BACKEND_PG".to_owned(), pg_url()),
-                ("TESSERA_TEST_BACKEND_MY".to_owned(), mysql_url()),
-            ],
-        },
-    )
-    .await
+    TestApp::builder(db)
+        .extra(Extra {
+            config: DEPLOYER.to_owned(),
+            policy: GUARDS.to_owned(),
+            env: vec![],
+        })
+        .db_backends(DbBackends::default())
+        .start()
+        .await
 }
 
 async fn body(resp: reqwest::Response) -> (StatusCode, Value) {
@@ -598,9 +593,8 @@ async fn aws_wildcards_never_walk_around_a_forbid(db: Db) {
 forbid (principal, action, resource)
 when { resource.kind == "aws-sts" && resource.path == "arn:aws:s3:::tessera-reports/reports/secret.csv" };
 "#;
-    let app = TestApp::spawn_extra(
-        db,
-        Extra {
+    let app = TestApp::builder(db)
+        .extra(Extra {
             config: crate::support::aws::backend(
                 "aws-main",
                 crate::support::moto::ROLE,
@@ -608,9 +602,9 @@ when { resource.kind == "aws-sts" && resource.path == "arn:aws:s3:::tessera-repo
             ),
             policy: format!("{}{forbid}", crate::support::aws::POLICY),
             env: crate::support::aws::broker_env(),
-        },
-    )
-    .await;
+        })
+        .start()
+        .await;
     let (_, _, token) = app.run_for("alice").await;
     let arn = |p: &str| format!("aws-main:arn:aws:s3:::tessera-reports/reports/{p}");
     let secret = app

@@ -203,7 +203,10 @@ async fn postgres_unreachable_fails_closed() {
     let proxy = Proxy::start().await;
     let server = crate::support::app::pg_url()
         .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
-    let app = TestApp::spawn_with(Db::Postgres, Some(server)).await;
+    let app = TestApp::builder(Db::Postgres)
+        .pg_server(server)
+        .start()
+        .await;
     let (key, _run, token) = app.run_for("alice").await;
     let cap = app
         .capability_ok(&token, "read", "svc-reports:reports/q1")

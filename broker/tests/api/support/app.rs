@@ -75,10 +75,9 @@ audience = "https://billing.internal"
 actions = ["read", "write"]
 "#;
 
-/// Database backends, added by [`TestApp::spawn_db`]: the real PostgreSQL and
-/// MariaDB servers on this machine, URLs from the environment like a deployment.
-/// The database backends of [`TestApp::spawn_db`]. Strict mode is off: the
-/// machine's shared servers keep PostgreSQL's and MariaDB's defaults (lo_*
+/// The database backends [`TestAppBuilder::db_backends`] adds: the real
+/// PostgreSQL and MariaDB servers on this machine, URLs from the environment
+/// like a deployment. Strict mode is off: the machine's shared servers keep PostgreSQL's and MariaDB's defaults (lo_*
 /// for PUBLIC, CONNECT on every database), which a test must not change for
 /// everyone. Strict mode is tested on private clusters (`db_contained`).
 pub const DB_CONFIG: &str = r#"
@@ -123,7 +122,7 @@ pub fn mysql_url() -> String {
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
 }
 
-/// Where the database backends of a [`TestApp::spawn_db`] broker point.
+/// Where the database backends of [`TestAppBuilder::db_backends`] point.
 #[derive(Debug, Clone)]
 pub struct DbBackends {
     pub pg: String,
@@ -196,6 +195,95 @@ pub struct Extra {
     pub env: Vec<(String, String)>,
 }
 
+impl Extra {
+    /// This set-up and then `more`'s: configuration and policy appended, the
+    /// environment extended.
+    fn and(mut self, more: Extra) -> Extra {
+        for (mine, theirs) in [
+            (&mut self.config, more.config),
+            (&mut self.policy, more.policy),
+        ] {
+            if !theirs.is_empty() {
+                if !mine.is_empty() {
+                    mine.push('\n');
+                }
+                mine.push_str(&theirs);
+            }
+        }
+        self.env.extend(more.env);
+        self
+    }
+}
+
+impl DbBackends {
+    /// The configuration, policy and environment of the database backends.
+    fn extra(self) -> Extra {
+        Extra {
+            config: DB_CONFIG
+                .replace("strict = false", &format!("strict = {}", self.strict))
+                .replace(
+                    "account_host = \"%\"",
+                    &format!("account_host = \"{}\"", self.mysql_account_host),
+                ),
+            policy: DB_POLICY.to_owned(),
+            env: vec![
+                ("TESSERA_TEST_BACKEND_PG".to_owned(), self.pg),
+                ("TESSERA_TEST_BACKEND_MY".to_owned(), self.mysql),
+            ],
+        }
+    }
+}
+
+/// How a [`TestApp`] is set up: `TestApp::builder(db)`, any of the options,
+/// then [`TestAppBuilder::start`].
+#[must_use = "a builder starts nothing until `start`"]
+pub struct TestAppBuilder {
+    db: Db,
+    pg_server: Option<String>,
+    extra: Extra,
+}
+
+impl TestAppBuilder {
+    /// Where the PostgreSQL store's server is reached (e.g. through a test
+    /// proxy) instead of [`pg_url`]; a fresh schema is made there.
+    pub fn pg_server(mut self, url: impl Into<String>) -> Self {
+        self.pg_server = Some(url.into());
+        self
+    }
+
+    /// Adds `extra` to the default set-up (other tests keep the default config).
+    pub fn extra(mut self, extra: Extra) -> Self {
+        self.extra = std::mem::take(&mut self.extra).and(extra);
+        self
+    }
+
+    /// Adds the database backends `pg-test` (PostgreSQL) and `my-test`
+    /// (MariaDB), pointed at `backends`, and the database policies ([`DB_POLICY`]).
+    pub fn db_backends(self, backends: DbBackends) -> Self {
+        self.extra(backends.extra())
+    }
+
+    /// A fresh store, KEK and admin token, and the broker serving them.
+    pub async fn start(self) -> TestApp {
+        tessera_broker::server::install_crypto_provider();
+        let dir = TempDir::new();
+        let store_url = match self.db {
+            Db::Sqlite => format!("sqlite://{}", dir.0.join("tessera.db").display()),
+            Db::Postgres => fresh_pg_schema(&self.pg_server.unwrap_or_else(pg_url)).await,
+        };
+        let (_, kek) = Kek::generate();
+        let admin = new_secret(ADMIN_TOKEN_PREFIX);
+        TestApp::launch(
+            dir,
+            store_url,
+            kek.to_string(),
+            admin.expose_secret().to_owned(),
+            self.extra,
+        )
+        .await
+    }
+}
+
 /// A directory removed on drop.
 pub struct TempDir(pub PathBuf);
 
@@ -231,60 +319,18 @@ pub async fn fresh_pg_schema(server_url: &str) -> String {
 }
 
 impl TestApp {
+    /// The default broker on `db`: `TestApp::builder(db).start()`.
     pub async fn spawn(db: Db) -> TestApp {
-        Self::spawn_with(db, None).await
+        Self::builder(db).start().await
     }
 
-    /// `pg_server`: where PostgreSQL is reached (e.g. through a test proxy).
-    pub async fn spawn_with(db: Db, pg_server: Option<String>) -> TestApp {
-        Self::spawn_extra_with(db, pg_server, Extra::default()).await
-    }
-
-    /// The default set-up plus `extra` (other tests keep the default config).
-    pub async fn spawn_extra(db: Db, extra: Extra) -> TestApp {
-        Self::spawn_extra_with(db, None, extra).await
-    }
-
-    async fn spawn_extra_with(db: Db, pg_server: Option<String>, extra: Extra) -> TestApp {
-        tessera_broker::server::install_crypto_provider();
-        let dir = TempDir::new();
-        let store_url = match db {
-            Db::Sqlite => format!("sqlite://{}", dir.0.join("tessera.db").display()),
-            Db::Postgres => fresh_pg_schema(&pg_server.unwrap_or_else(pg_url)).await,
-        };
-        let (_, kek) = Kek::generate();
-        let admin = new_secret(ADMIN_TOKEN_PREFIX);
-        Self::start(
-            dir,
-            store_url,
-            kek.to_string(),
-            admin.expose_secret().to_owned(),
-            extra,
-        )
-        .await
-    }
-
-    /// A broker that also has the database backends `pg-test` (PostgreSQL) and
-    /// `my-test` (MariaDB) and the database policies ([`DB_POLICY`]).
-    pub async fn spawn_db(db: Db) -> TestApp {
-        Self::spawn_db_with(db, DbBackends::default()).await
-    }
-
-    pub async fn spawn_db_with(db: Db, backends: DbBackends) -> TestApp {
-        let extra = Extra {
-            config: DB_CONFIG
-                .replace("strict = false", &format!("strict = {}", backends.strict))
-                .replace(
-                    "account_host = \"%\"",
-                    &format!("account_host = \"{}\"", backends.mysql_account_host),
-                ),
-            policy: DB_POLICY.to_owned(),
-            env: vec![
-                ("TESSERA_TEST_BACKEND_PG".to_owned(), backends.pg),
-                ("TESSERA_TEST_BACKEND_MY".to_owned(), backends.mysql),
-            ],
-        };
-        Self::spawn_extra_with(db, None, extra).await
+    /// A broker on `db`, set up further before [`TestAppBuilder::start`].
+    pub fn builder(db: Db) -> TestAppBuilder {
+        TestAppBuilder {
+            db,
+            pg_server: None,
+            extra: Extra::default(),
+        }
     }
 
     /// Stops this broker (server and state dropped, nothing settled) and starts
@@ -302,12 +348,12 @@ impl TestApp {
             ..
         } = self;
         drop(state);
-        Self::start(_dir, store_url, kek, admin_token, extra).await
+        Self::launch(_dir, store_url, kek, admin_token, extra).await
     }
 
     /// A second broker on the same store, KEK and admin token: another replica.
     pub async fn replica(&self) -> TestApp {
-        Self::start(
+        Self::launch(
             TempDir::new(),
             self.store_url.clone(),
             self.kek.clone(),
@@ -317,7 +363,8 @@ impl TestApp {
         .await
     }
 
-    async fn start(
+    /// Serves a broker on this store, KEK, admin token and set-up.
+    async fn launch(
         dir: TempDir,
         store_url: String,
         kek: String,

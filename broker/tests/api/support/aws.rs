@@ -44,15 +44,14 @@ pub async fn app() -> TestApp {
         ROLE,
         &format!("external_id = \"{EXTERNAL_ID}\""),
     ) + &backend("aws-nobody", "does-not-exist", "");
-    TestApp::spawn_extra(
-        Db::Sqlite,
-        Extra {
+    TestApp::builder(Db::Sqlite)
+        .extra(Extra {
             config,
             policy: POLICY.to_owned(),
             env: broker_env(),
-        },
-    )
-    .await
+        })
+        .start()
+        .await
 }
 
 pub async fn capability_with_ttl(
