@@ -956,6 +956,121 @@ pub struct PendingRevocationsQuery {
     pub limit: Option<i64>,
 }
 
+/// One audit row, as administrators and SIEMs see it (`GET /v1/admin/audit`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditRecord {
+    /// Position in the hash chain (1, 2, 3, … without gaps).
+    pub seq: i64,
+    /// Commit time, RFC 3339 with milliseconds.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub at: String,
+    /// Event name; the catalogue is in docs/audit.md.
+    #[cfg_attr(feature = "openapi", schema(example = "capability.issued"))]
+    pub event: String,
+    /// `runtime:<name>`, `run:<id>`, `admin`, `broker`, `signal` or `watch`.
+    pub actor: String,
+    /// `allow`, `deny` or `error`.
+    pub decision: String,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub reason: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub run_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub capability_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub user: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub task_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub action: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub resource: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub request_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub detail: Option<String>,
+    pub prev_hash: String,
+    /// The row's link: HMAC-SHA256 under the audit key (SHA-256 for rows from
+    /// before the chain was keyed) of the previous link and the canonical row, hex.
+    pub hash: String,
+}
+
+/// `GET /v1/admin/audit` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditPage {
+    pub events: Vec<AuditRecord>,
+    /// Pass as `after` (ascending) or `before` (descending) for the next page;
+    /// null when this page was the last one.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub next_cursor: Option<i64>,
+}
+
+/// `GET /v1/admin/audit/verify` response: `ok` says whether the chain verifies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditVerifyReport {
+    pub ok: bool,
+    /// Rows walked.
+    pub rows: i64,
+    /// Sequence number recorded in the chain head.
+    pub head_seq: i64,
+    /// Rows at the start linked without a key (written before the chain was
+    /// keyed): they prove order, not that nobody rewrote them.
+    pub unkeyed_rows: i64,
+    /// The link of the last row walked (what a checkpoint at `head_seq` signs).
+    pub head_hash: String,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub first_problem: Option<AuditProblem>,
+}
+
+/// The first inconsistency an audit verification found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditProblem {
+    /// The sequence number where the chain first breaks.
+    pub seq: i64,
+    /// `edited` (the row's content no longer matches its link — also a row
+    /// moved to another position), `deleted` (rows missing before this one),
+    /// `relinked` (the row does not follow the previous row's link),
+    /// `truncated` (rows removed from the end), `downgraded` (an unkeyed row
+    /// where only keyed rows may be), `unknown_key` (a row linked with a key
+    /// this broker does not hold).
+    pub kind: String,
+    pub detail: String,
+}
+
+/// `POST /v1/admin/audit/checkpoints/check` body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsRequest {
+    /// Signed checkpoints (compact JWS, `typ` `tsr-audit-checkpoint+jwt`), at most 100.
+    #[cfg_attr(feature = "openapi", schema(max_items = 100))]
+    pub checkpoints: Vec<String>,
+}
+
+/// `POST /v1/admin/audit/checkpoints/check` response: one result per
+/// checkpoint, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CheckpointsResponse {
+    pub results: Vec<CheckpointCheck>,
+}
+
+/// What a checkpoint says about the store now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CheckpointCheck {
+    /// The sequence number it names (0 if unreadable).
+    pub seq: i64,
+    /// `matches` (the row is there with that link), `changed` (the row's link
+    /// differs), `missing` (the row is gone: truncated or deleted),
+    /// `bad_signature` (not signed by any key of this broker), `malformed`.
+    pub status: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

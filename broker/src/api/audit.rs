@@ -6,25 +6,17 @@
 use super::extract::{AdminCaller, ApiJson, ApiQuery};
 use crate::api::openapi::refusals;
 use crate::app::AppState;
-use crate::audit::query::{self, AuditFilter, AuditRecord, MAX_PAGE};
+use crate::audit::query::{self, AuditFilter, MAX_PAGE};
 use crate::clock::parse_rfc3339_ms;
 use crate::error::ApiError;
 use crate::ids::is_id;
 use crate::names::is_user;
 use axum::extract::State;
 use axum::Json;
-use serde::Serialize;
-use tessera_client::types::AuditQuery;
 use tessera_client::types::ErrorCode;
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct AuditPage {
-    pub events: Vec<AuditRecord>,
-    /// Pass as `after` (ascending) or `before` (descending) for the next page;
-    /// null when this page was the last one.
-    #[schema(required = true)]
-    pub next_cursor: Option<i64>,
-}
+use tessera_client::types::{
+    AuditPage, AuditQuery, AuditVerifyReport, CheckpointsRequest, CheckpointsResponse,
+};
 
 const DEFAULT_PAGE: i64 = 100;
 
@@ -160,14 +152,14 @@ refusals!(VerifyAuditRefusals {
     tags = ["admin", "keys"],
     security(("adminToken" = [])),
     responses(
-        (status = 200, description = "Verification report", body = crate::audit::verify::Report),
+        (status = 200, description = "Verification report", body = AuditVerifyReport),
         VerifyAuditRefusals,
     ),
 )]
 pub async fn verify(
     State(app): State<AppState>,
     _admin: AdminCaller,
-) -> Result<Json<crate::audit::verify::Report>, ApiError> {
+) -> Result<Json<AuditVerifyReport>, ApiError> {
     let key = app
         .store
         .writer()
@@ -178,18 +170,6 @@ pub async fn verify(
 
 /// Checkpoints checked per request (a long file is sent in several).
 pub const MAX_CHECKPOINTS_PER_CHECK: usize = 100;
-
-#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CheckpointsRequest {
-    #[schema(max_items = 100)]
-    pub checkpoints: Vec<String>,
-}
-
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct CheckpointsResponse {
-    pub results: Vec<crate::audit::checkpoint::CheckpointCheck>,
-}
 
 refusals!(CheckAuditCheckpointsRefusals {
     400 => [InvalidRequest, InvalidJson],

@@ -382,16 +382,7 @@ pub async fn run_witness(app: Arc<App>) {
     }
 }
 
-/// What a checkpoint from a witness says about the database now.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct CheckpointCheck {
-    /// The sequence number it names (0 if unreadable).
-    pub seq: i64,
-    /// `matches` (the row is there with that link), `changed` (the row's link
-    /// differs), `missing` (the row is gone: truncated or deleted),
-    /// `bad_signature` (not signed by any key of this broker), `malformed`.
-    pub status: &'static str,
-}
+pub use tessera_client::types::CheckpointCheck;
 
 /// Checks each checkpoint (compact JWS) against the store, with every key
 /// this broker ever signed with (`keys`, retired ones included).
@@ -409,14 +400,14 @@ pub async fn check(
             Ok(_) | Err(jwt::JwtError::Signature | jwt::JwtError::UnknownKey) => {
                 out.push(CheckpointCheck {
                     seq: 0,
-                    status: "bad_signature",
+                    status: "bad_signature".to_owned(),
                 });
                 continue;
             }
             Err(_) => {
                 out.push(CheckpointCheck {
                     seq: 0,
-                    status: "malformed",
+                    status: "malformed".to_owned(),
                 });
                 continue;
             }
@@ -428,7 +419,7 @@ pub async fn check(
         };
         out.push(CheckpointCheck {
             seq: claims.seq,
-            status,
+            status: status.to_owned(),
         });
     }
     Ok(out)

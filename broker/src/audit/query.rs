@@ -5,30 +5,10 @@
 use crate::clock::rfc3339_ms;
 use crate::store::audit::StoredRow;
 use crate::store::{Store, StoreError};
-use serde::Serialize;
 
 pub use crate::store::audit::{AuditFilter, MAX_PAGE};
 
-/// One stored row, as administrators and SIEMs see it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct AuditRecord {
-    pub seq: i64,
-    pub at: String,
-    pub event: String,
-    pub actor: String,
-    pub decision: String,
-    pub reason: Option<String>,
-    pub run_id: Option<String>,
-    pub capability_id: Option<String>,
-    pub user: Option<String>,
-    pub task_id: Option<String>,
-    pub action: Option<String>,
-    pub resource: Option<String>,
-    pub request_id: Option<String>,
-    pub detail: Option<String>,
-    pub prev_hash: String,
-    pub hash: String,
-}
+pub use tessera_client::types::AuditRecord;
 
 impl From<StoredRow> for AuditRecord {
     fn from(row: StoredRow) -> Self {

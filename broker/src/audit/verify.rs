@@ -16,38 +16,10 @@
 use super::{chain_hash, chain_mac, AuditKey, GENESIS_HASH};
 use crate::store::audit::{self, StoredRow};
 use crate::store::{Store, StoreError};
-use serde::Serialize;
 
 const PAGE: i64 = 1000;
 
-/// The first inconsistency found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct Problem {
-    /// The sequence number where the chain first breaks.
-    pub seq: i64,
-    /// `edited` (the row's content no longer matches its hash — also a row moved
-    /// to another position), `deleted` (rows missing before this one), `relinked`
-    /// (the row does not follow the previous row's hash), `truncated` (rows removed
-    /// from the end), `downgraded` (an unkeyed row where only keyed rows may
-    /// be), `unknown_key` (a row linked with a key this broker does not hold).
-    pub kind: &'static str,
-    pub detail: String,
-}
-
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[schema(as = AuditVerifyReport)]
-pub struct Report {
-    pub ok: bool,
-    pub rows: i64,
-    pub head_seq: i64,
-    /// Rows at the start linked without a key (written before the chain was
-    /// keyed): they prove order, not that nobody rewrote them.
-    pub unkeyed_rows: i64,
-    /// The link of the last row walked (what a checkpoint at `head_seq` signs).
-    pub head_hash: String,
-    #[schema(required = true)]
-    pub first_problem: Option<Problem>,
-}
+pub use tessera_client::types::{AuditProblem as Problem, AuditVerifyReport as Report};
 
 /// Verifies the whole chain with `key`, the audit key the broker holds.
 pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError> {
@@ -87,31 +59,31 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
             let problem = if seq != expected {
                 Some(Problem {
                     seq: expected,
-                    kind: "deleted",
+                    kind: "deleted".to_owned(),
                     detail: format!("rows {expected}..{} are missing", seq - 1),
                 })
             } else if recomputed.is_none() {
                 Some(Problem {
                     seq,
-                    kind: "unknown_key",
+                    kind: "unknown_key".to_owned(),
                     detail: "the row is linked with an audit key this broker does not hold".into(),
                 })
             } else if key_id.is_none() && (keyed_seen || seq > key.unkeyed_until_seq) {
                 Some(Problem {
                     seq,
-                    kind: "downgraded",
+                    kind: "downgraded".to_owned(),
                     detail: "an unkeyed row after the chain was keyed".into(),
                 })
             } else if recomputed.as_deref() != Some(hash.as_str()) {
                 Some(Problem {
                     seq,
-                    kind: "edited",
+                    kind: "edited".to_owned(),
                     detail: "the row does not match its hash".into(),
                 })
             } else if prev_hash != prev {
                 Some(Problem {
                     seq,
-                    kind: "relinked",
+                    kind: "relinked".to_owned(),
                     detail: "the row does not follow the previous row's hash".into(),
                 })
             } else {
@@ -133,7 +105,7 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
     if first_problem.is_none() && (head_seq != expected - 1 || head_hash != prev) {
         first_problem = Some(Problem {
             seq: expected,
-            kind: "truncated",
+            kind: "truncated".to_owned(),
             detail: format!(
                 "the chain ends at {} but its head says {head_seq}",
                 expected - 1
