@@ -34,4 +34,5 @@ pub mod policy_reload;
 pub mod reauthorize;
 pub mod resource;
 pub mod server;
+pub mod settings;
 pub mod store;

@@ -14,25 +14,13 @@ pub use http::{AllowedHosts, HttpConfig};
 
 use crate::backends::database::DbKind;
 use crate::grammar::{parse_duration, Rate};
+use crate::settings::{err, parse_table, RawTable};
+pub use crate::settings::{ConfigError, EnvLookup};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-#[derive(Debug, thiserror::Error)]
-#[error("config error: {setting}: {message}")]
-pub struct ConfigError {
-    pub setting: String,
-    pub message: String,
-}
-
-fn err(setting: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        setting: setting.to_owned(),
-        message: message.into(),
-    }
-}
 
 /// The file as written by an administrator.
 #[derive(Debug, Default, Deserialize)]
@@ -59,7 +47,7 @@ struct RawConfig {
     audit: audit::RawAudit,
     #[serde(default)]
     /// Each table is parsed by its `kind` (each kind has its own keys).
-    backends: BTreeMap<String, toml::Value>,
+    backends: BTreeMap<String, RawTable>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -295,9 +283,6 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     pub policy_dir: Option<PathBuf>,
 }
-
-/// Reads an environment variable; `None` when unset or empty.
-pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -794,7 +779,7 @@ fn resolve_database(
 }
 
 fn resolve_backends(
-    raw: BTreeMap<String, toml::Value>,
+    raw: BTreeMap<String, RawTable>,
     env: EnvLookup<'_>,
 ) -> Result<BTreeMap<String, BackendConfig>, ConfigError> {
     let mut backends = BTreeMap::new();
@@ -813,7 +798,7 @@ fn resolve_backends(
 
 fn resolve_backend(
     setting: &str,
-    value: toml::Value,
+    value: RawTable,
     env: EnvLookup<'_>,
 ) -> Result<BackendConfig, ConfigError> {
     let kind = value
@@ -821,10 +806,9 @@ fn resolve_backend(
         .and_then(toml::Value::as_str)
         .ok_or_else(|| err(&format!("{setting}.kind"), "required"))?
         .to_owned();
-    let parse_err = |e: toml::de::Error| err(setting, e.message().to_owned());
     match kind.as_str() {
         "token" => {
-            let b: RawTokenBackend = value.try_into().map_err(parse_err)?;
+            let b: RawTokenBackend = parse_table(setting, value)?;
             let audience = b.audience.ok_or_else(|| {
                 err(
                     &format!("{setting}.audience"),
@@ -858,13 +842,13 @@ fn resolve_backend(
             })
         }
         "aws-sts" => {
-            let b = value.try_into().map_err(parse_err)?;
+            let b = parse_table(setting, value)?;
             Ok(BackendConfig::AwsSts(
                 crate::backends::aws::settings::resolve(setting, b)?,
             ))
         }
         "postgres" | "mysql" => {
-            let b: RawDatabaseBackend = value.try_into().map_err(parse_err)?;
+            let b: RawDatabaseBackend = parse_table(setting, value)?;
             let dialect = if kind == "postgres" {
                 DbKind::Postgres
             } else {

@@ -15,8 +15,8 @@
 //! a missing setting into a slow, confusing timeout, and on a shared host it
 //! would silently borrow whatever role the machine has.
 
-use crate::config::{ConfigError, EnvLookup};
 use crate::grammar::parse_duration;
+use crate::settings::{err, ConfigError, EnvLookup};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -126,13 +126,6 @@ impl PartialEq for StaticKeys {
 }
 
 impl Eq for StaticKeys {}
-
-fn err(setting: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        setting: setting.to_owned(),
-        message: message.into(),
-    }
-}
 
 /// Checks the file's settings; credentials stay [`CredentialSource::NotResolved`]
 /// unless a profile is named (see [`resolve_credentials`]).
