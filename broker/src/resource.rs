@@ -267,8 +267,8 @@ mod tests {
     }
 
     fn db_backends() -> BTreeMap<String, BackendConfig> {
-        let db =
-            |database: &str, actions: Option<Vec<String>>| crate::config::DatabaseBackendConfig {
+        let db = |database: &str, actions: Option<Vec<String>>| {
+            database::settings::DatabaseBackendConfig {
                 url: secrecy::SecretString::from("postgres://x@h/analytics".to_owned()),
                 database: database.to_owned(),
                 public_host: "h".into(),
@@ -279,7 +279,8 @@ mod tests {
                 actions,
                 strict: true,
                 account_host: Some("%".into()),
-            };
+            }
+        };
         BTreeMap::from([
             (
                 "pg".to_owned(),

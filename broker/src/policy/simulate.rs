@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{admit, PolicyEngine, PolicyRequest};
-use crate::config::{BackendConfig, DatabaseBackendConfig};
+use crate::backends::database::settings::DatabaseBackendConfig;
+use crate::config::BackendConfig;
 use crate::grammar::quote;
 
 /// The run id every simulated request carries.

@@ -20,10 +20,9 @@ pub mod quote;
 pub mod scram;
 pub mod users;
 
-use super::database::{self, DbKind, Privilege};
+use super::database::{self, settings::DatabaseBackendConfig, DbKind, Privilege};
 use super::{Backend, BackendError, Grant, Issued};
 use crate::capability::CapabilityClaims;
-use crate::config::DatabaseBackendConfig;
 use crate::store::writer::BoxFuture;
 use secrecy::ExposeSecret;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};

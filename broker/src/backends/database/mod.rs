@@ -8,6 +8,8 @@
 //! when the capability is requested, before policy, before the store, and long
 //! before any SQL exists. Names are case-sensitive: they are always quoted.
 
+pub mod settings;
+
 use crate::clock::rfc3339;
 use crate::ids::{hex, random_bytes, sha256_hex};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
