@@ -6,6 +6,7 @@
 //! metacharacters, 10 KB blobs — get a 400 and leave nothing behind.
 
 use crate::backends::database::{self, DbKind};
+use crate::backends::grammar::is_canonical;
 use crate::config::BackendConfig;
 use std::collections::BTreeMap;
 use tessera_client::types::ErrorCode;
@@ -13,7 +14,7 @@ use tessera_client::types::ErrorCode;
 /// Longest resource string accepted (`BACKEND:PATH`).
 pub const MAX_RESOURCE_LEN: usize = 512;
 /// Longest action accepted.
-pub const MAX_ACTION_LEN: usize = 64;
+pub use crate::backends::grammar::MAX_ACTION_LEN;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResourceError {
@@ -85,16 +86,6 @@ fn is_token_path(s: &str) -> bool {
                 )
         })
         && is_canonical(s)
-}
-
-/// One spelling per resource: no empty, `.` or `..` segment between `/` (each is
-/// a spelling a downstream may normalise to another path: `a//b`, `a/./b`,
-/// `a/b/.`, `a/x/../b` all name `a/b` somewhere), and no `**` (the same set as
-/// `*`). Every kind whose paths have `/` segments is held to this.
-pub fn is_canonical(s: &str) -> bool {
-    !s.split('/')
-        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
-        && !s.contains("**")
 }
 
 /// The characters that are wildcards in paths of backend `kind`: `*` for every

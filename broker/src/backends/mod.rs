@@ -13,6 +13,7 @@
 
 pub mod aws;
 pub mod database;
+pub mod grammar;
 pub mod mysql;
 pub mod postgres;
 pub mod strict;

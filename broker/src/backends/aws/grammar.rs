@@ -78,7 +78,7 @@ pub fn is_arn_for(arn: &str, service: &str) -> bool {
 }
 
 /// The RESOURCE part: 1-400 of `[A-Za-z0-9_.,+=@/:*?-]` in canonical form
-/// (`resource::is_canonical`), not only wildcards and separators.
+/// (`backends::grammar::is_canonical`), not only wildcards and separators.
 fn is_arn_resource(s: &str) -> bool {
     (1..=400).contains(&s.len())
         && s.bytes().all(|c| {
@@ -88,7 +88,7 @@ fn is_arn_resource(s: &str) -> bool {
                     b'_' | b'.' | b',' | b'+' | b'=' | b'@' | b'/' | b':' | b'*' | b'?' | b'-'
                 )
         })
-        && crate::resource::is_canonical(s)
+        && crate::backends::grammar::is_canonical(s)
         && s.bytes().any(|c| c.is_ascii_alphanumeric())
 }
 
