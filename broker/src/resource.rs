@@ -6,7 +6,7 @@
 //! metacharacters, 10 KB blobs — get a 400 and leave nothing behind.
 
 use crate::backends::database::{self, DbKind};
-use crate::backends::grammar::is_canonical;
+use crate::backends::token;
 use crate::config::BackendConfig;
 use std::collections::BTreeMap;
 use tessera_client::types::ErrorCode;
@@ -65,29 +65,6 @@ pub fn is_backend_name(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
 }
 
-/// Token-backend actions: 1-64 of `[a-z0-9_.-]`, starting with a letter.
-pub fn is_token_action(s: &str) -> bool {
-    (1..=MAX_ACTION_LEN).contains(&s.len())
-        && s.as_bytes()[0].is_ascii_lowercase()
-        && s.bytes().all(|c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'.' | b'-')
-        })
-}
-
-/// Token-backend paths: 1-256 of `[A-Za-z0-9._~/@+=-]` plus `*` as a wildcard,
-/// in canonical form ([`is_canonical`]).
-fn is_token_path(s: &str) -> bool {
-    (1..=256).contains(&s.len())
-        && s.bytes().all(|c| {
-            c.is_ascii_alphanumeric()
-                || matches!(
-                    c,
-                    b'.' | b'_' | b'~' | b'/' | b'@' | b'+' | b'=' | b'-' | b'*'
-                )
-        })
-        && is_canonical(s)
-}
-
 /// The characters that are wildcards in paths of backend `kind`: `*` for every
 /// kind (for databases only as the whole table part), and `?` (one character) for
 /// `aws-sts`, as IAM reads them.
@@ -130,10 +107,10 @@ pub fn parse<'a>(
     let config = backends.get(backend).ok_or(ResourceError::UnknownBackend)?;
     match config {
         BackendConfig::Token { actions, .. } => {
-            if !is_token_path(path) {
+            if !token::grammar::is_path(path) {
                 return Err(ResourceError::Path);
             }
-            if !is_token_action(action) {
+            if !token::grammar::is_action(action) {
                 return Err(ResourceError::Action);
             }
             if let Some(allowed) = actions {

@@ -91,15 +91,6 @@ struct RawTls {
     require_runtime_client_cert: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTokenBackend {
-    #[allow(dead_code)]
-    kind: String,
-    audience: Option<String>,
-    actions: Option<Vec<String>>,
-}
-
 /// Server-wide caps that bound every policy's annotations.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -595,37 +586,10 @@ fn resolve_backend(
         .to_owned();
     match kind.as_str() {
         "token" => {
-            let b: RawTokenBackend = parse_table(setting, value)?;
-            let audience = b.audience.ok_or_else(|| {
-                err(
-                    &format!("{setting}.audience"),
-                    "required for kind \"token\"",
-                )
-            })?;
-            if audience.is_empty()
-                || audience.len() > 256
-                || audience
-                    .chars()
-                    .any(|c| c.is_control() || c.is_whitespace())
-            {
-                return Err(err(
-                    &format!("{setting}.audience"),
-                    "must be 1-256 characters without spaces",
-                ));
-            }
-            if let Some(actions) = &b.actions {
-                for a in actions {
-                    if !crate::resource::is_token_action(a) {
-                        return Err(err(
-                            &format!("{setting}.actions"),
-                            format!("invalid action name {a:?}"),
-                        ));
-                    }
-                }
-            }
+            let token = crate::backends::token::settings::resolve(setting, value)?;
             Ok(BackendConfig::Token {
-                audience,
-                actions: b.actions,
+                audience: token.audience,
+                actions: token.actions,
             })
         }
         "aws-sts" => {

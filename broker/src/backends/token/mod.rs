@@ -7,6 +7,9 @@
 //! with the broker's JWKS and, to honour revocation before expiry, with
 //! `POST /v1/introspect` (the token's `jti` is the lease id).
 
+pub mod grammar;
+pub mod settings;
+
 use super::{Backend, BackendError, Grant, Issued};
 use crate::keys::{jwt, KeyRing};
 use crate::store::writer::BoxFuture;

@@ -1,0 +1,32 @@
+//! What a `token` backend accepts as an action and as a resource path.
+//!
+//! Why this shape: the action becomes the token's `scope` and the path its
+//! `resource`, both read by a service the broker does not know. So both are plain
+//! ASCII with no quoting, spaces or control characters, and a path has one
+//! spelling only ([`is_canonical`]): a service that normalises `a//b` to `a/b`
+//! must not see a resource policy never decided.
+
+use crate::backends::grammar::{is_canonical, MAX_ACTION_LEN};
+
+/// Actions: 1-64 of `[a-z0-9_.-]`, starting with a letter.
+pub fn is_action(s: &str) -> bool {
+    (1..=MAX_ACTION_LEN).contains(&s.len())
+        && s.as_bytes()[0].is_ascii_lowercase()
+        && s.bytes().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'.' | b'-')
+        })
+}
+
+/// Paths: 1-256 of `[A-Za-z0-9._~/@+=-]` plus `*` as a wildcard, in canonical
+/// form ([`is_canonical`]).
+pub fn is_path(s: &str) -> bool {
+    (1..=256).contains(&s.len())
+        && s.bytes().all(|c| {
+            c.is_ascii_alphanumeric()
+                || matches!(
+                    c,
+                    b'.' | b'_' | b'~' | b'/' | b'@' | b'+' | b'=' | b'-' | b'*'
+                )
+        })
+        && is_canonical(s)
+}
