@@ -6,8 +6,8 @@
 //! metacharacters, 10 KB blobs — get a 400 and leave nothing behind.
 
 use crate::backends::database::{self, DbKind};
+use crate::backends::settings::BackendConfig;
 use crate::backends::token;
-use crate::config::BackendConfig;
 use std::collections::BTreeMap;
 use tessera_client::types::ErrorCode;
 

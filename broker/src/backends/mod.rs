@@ -16,6 +16,7 @@ pub mod database;
 pub mod grammar;
 pub mod mysql;
 pub mod postgres;
+pub mod settings;
 pub mod strict;
 pub mod token;
 

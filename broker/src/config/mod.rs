@@ -5,17 +5,23 @@
 //! are errors, so a misspelled limit is never silently ignored. No secret is read
 //! from this file: the store URL, KEK and admin token come from the environment or
 //! from files the config points at.
+//!
+//! This module reads the file and resolves what is the broker's own (listener,
+//! store, keys, limits, TLS, HTTP, audit); each `[backends.NAME]` table is
+//! resolved by its kind (`backends::settings`), and the result is assembled here.
 
 pub mod audit;
 pub mod http;
 
 pub use audit::AuditConfig;
 pub use http::{AllowedHosts, HttpConfig};
-
-use crate::backends::database::{self, settings::DatabaseBackendConfig, DbKind};
-use crate::grammar::{parse_duration, Rate};
-use crate::settings::{err, parse_table, RawTable};
+// Owned by the backend kinds and the settings leaf; named here too because the
+// configuration is where callers look for them.
+pub use crate::backends::settings::BackendConfig;
 pub use crate::settings::{ConfigError, EnvLookup};
+
+use crate::grammar::{parse_duration, Rate};
+use crate::settings::{err, RawTable};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -116,33 +122,6 @@ impl Default for Limits {
             },
             default_run_ttl: Duration::from_secs(3600),
             max_run_ttl: Duration::from_secs(24 * 3600),
-        }
-    }
-}
-
-/// A configured downstream backend.
-#[derive(Debug, Clone)]
-pub enum BackendConfig {
-    /// Mints audience-restricted JWTs for an internal service (RFC 8693 style).
-    Token {
-        audience: String,
-        actions: Option<Vec<String>>,
-    },
-    /// Temporary AWS credentials from STS AssumeRole (`backends::aws`).
-    AwsSts(crate::backends::aws::settings::AwsStsConfig),
-    /// Throw-away PostgreSQL roles (`backends::postgres`).
-    Postgres(DatabaseBackendConfig),
-    /// Throw-away MariaDB/MySQL users (`backends::mysql`).
-    Mysql(DatabaseBackendConfig),
-}
-
-impl BackendConfig {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            BackendConfig::Token { .. } => "token",
-            BackendConfig::AwsSts(_) => "aws-sts",
-            BackendConfig::Postgres(_) => "postgres",
-            BackendConfig::Mysql(_) => "mysql",
         }
     }
 }
@@ -330,24 +309,13 @@ impl Config {
         let audit = audit::resolve(raw.audit, o.dev, &data_dir)?;
         let mut backends = resolve_backends(raw.backends, env)?;
         for (name, b) in backends.iter_mut() {
-            if let BackendConfig::AwsSts(aws) = b {
-                aws.credentials = crate::backends::aws::settings::resolve_credentials(
-                    &format!("backends.{name}"),
-                    &aws.credentials,
-                    env,
-                )?;
-            }
+            b.resolve_credentials(&format!("backends.{name}"), env)?;
         }
         // The pools' descriptors are kept out of the connection cap.
         http.reserved_fds = u64::from(max_connections)
             + backends
                 .values()
-                .map(|b| match b {
-                    BackendConfig::Postgres(db) | BackendConfig::Mysql(db) => {
-                        u64::from(db.max_connections)
-                    }
-                    _ => 0,
-                })
+                .map(|b| u64::from(b.pool_size()))
                 .sum::<u64>();
         if o.dev && backends.is_empty() {
             // `--dev` ships one backend so the walk-through works without a config file.
@@ -569,53 +537,9 @@ fn resolve_backends(
                 "backend names are 1-63 of [a-z0-9-], starting with a letter",
             ));
         }
-        backends.insert(name, resolve_backend(&setting, b, env)?);
+        backends.insert(name, BackendConfig::resolve(&setting, b, env)?);
     }
     Ok(backends)
-}
-
-fn resolve_backend(
-    setting: &str,
-    value: RawTable,
-    env: EnvLookup<'_>,
-) -> Result<BackendConfig, ConfigError> {
-    let kind = value
-        .get("kind")
-        .and_then(toml::Value::as_str)
-        .ok_or_else(|| err(&format!("{setting}.kind"), "required"))?
-        .to_owned();
-    match kind.as_str() {
-        "token" => {
-            let token = crate::backends::token::settings::resolve(setting, value)?;
-            Ok(BackendConfig::Token {
-                audience: token.audience,
-                actions: token.actions,
-            })
-        }
-        "aws-sts" => {
-            let b = parse_table(setting, value)?;
-            Ok(BackendConfig::AwsSts(
-                crate::backends::aws::settings::resolve(setting, b)?,
-            ))
-        }
-        "postgres" | "mysql" => {
-            let dialect = if kind == "postgres" {
-                DbKind::Postgres
-            } else {
-                DbKind::Mysql
-            };
-            let db = database::settings::resolve(setting, value, dialect, env)?;
-            Ok(if kind == "postgres" {
-                BackendConfig::Postgres(db)
-            } else {
-                BackendConfig::Mysql(db)
-            })
-        }
-        other => Err(err(
-            &format!("{setting}.kind"),
-            format!("unknown kind {other:?} (supported: token, postgres, mysql, aws-sts)"),
-        )),
-    }
 }
 
 #[cfg(test)]

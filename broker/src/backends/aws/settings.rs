@@ -16,7 +16,7 @@
 //! would silently borrow whatever role the machine has.
 
 use crate::grammar::parse_duration;
-use crate::settings::{err, ConfigError, EnvLookup};
+use crate::settings::{err, parse_table, ConfigError, EnvLookup, RawTable};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -24,7 +24,7 @@ use std::time::Duration;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawAwsSts {
+struct RawAwsSts {
     #[allow(dead_code)]
     kind: String,
     role_arn: Option<String>,
@@ -127,9 +127,13 @@ impl PartialEq for StaticKeys {
 
 impl Eq for StaticKeys {}
 
-/// Checks the file's settings; credentials stay [`CredentialSource::NotResolved`]
+/// Checks the table's keys; credentials stay [`CredentialSource::NotResolved`]
 /// unless a profile is named (see [`resolve_credentials`]).
-pub(crate) fn resolve(setting: &str, raw: RawAwsSts) -> Result<AwsStsConfig, ConfigError> {
+pub fn resolve(setting: &str, table: RawTable) -> Result<AwsStsConfig, ConfigError> {
+    check(setting, parse_table(setting, table)?)
+}
+
+fn check(setting: &str, raw: RawAwsSts) -> Result<AwsStsConfig, ConfigError> {
     let field = |f: &str| format!("{setting}.{f}");
     let role_arn = raw
         .role_arn
@@ -254,7 +258,7 @@ fn check_endpoint(url: &str) -> Result<(), String> {
 
 /// Picks the broker's credential source at start (module docs: the order), or
 /// fails naming what to set. Reads the environment through `env`.
-pub(crate) fn resolve_credentials(
+pub fn resolve_credentials(
     setting: &str,
     current: &CredentialSource,
     env: EnvLookup<'_>,
@@ -309,7 +313,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<AwsStsConfig, ConfigError> {
         let raw: RawAwsSts = toml::from_str(text).map_err(|e| err("t", e.message()))?;
-        resolve("backends.aws", raw)
+        check("backends.aws", raw)
     }
 
     fn raw(extra: &str) -> Result<AwsStsConfig, ConfigError> {
