@@ -1,13 +1,18 @@
 //! Resources (`BACKEND:PATH`) and actions, validated before anything reaches policy.
 //!
-//! Each backend kind owns its action vocabulary and path grammar. Validation is
-//! strict (length, charset, shape) and happens before policy evaluation or any
-//! store write, so hostile strings — control characters, quotes, SQL
-//! metacharacters, 10 KB blobs — get a 400 and leave nothing behind.
+//! Each backend kind owns its action vocabulary and path grammar
+//! (`backends::token::grammar`, `backends::aws::grammar`, `backends::database`):
+//! this module splits `BACKEND:PATH`, finds the backend and hands the path and
+//! action to its kind, so it needs the backends' settings and nothing else of the
+//! configuration. Validation is strict (length, charset, shape) and happens
+//! before policy evaluation or any store write, so hostile strings — control
+//! characters, quotes, SQL metacharacters, 10 KB blobs — get a 400 and leave
+//! nothing behind.
 
 use crate::backends::database::{self, DbKind};
+use crate::backends::grammar::Invalid;
 use crate::backends::settings::BackendConfig;
-use crate::backends::token;
+use crate::backends::{aws, token};
 use std::collections::BTreeMap;
 use tessera_client::types::ErrorCode;
 
@@ -45,6 +50,16 @@ impl ResourceError {
     }
 }
 
+impl From<Invalid> for ResourceError {
+    fn from(invalid: Invalid) -> Self {
+        match invalid {
+            Invalid::Path => ResourceError::Path,
+            Invalid::Action => ResourceError::Action,
+            Invalid::Database => ResourceError::Database,
+        }
+    }
+}
+
 /// A validated resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resource<'a> {
@@ -52,10 +67,6 @@ pub struct Resource<'a> {
     pub kind: &'static str,
     pub path: &'a str,
 }
-
-/// Database paths may name every table of a schema (`*`); policy then decides
-/// whether a permit grants it explicitly ([`inclusion_grants`]).
-const ALL_TABLES: bool = true;
 
 /// Backend instance names: 1-63 of `[a-z0-9-]`, starting with a letter.
 pub fn is_backend_name(s: &str) -> bool {
@@ -107,54 +118,14 @@ pub fn parse<'a>(
     let config = backends.get(backend).ok_or(ResourceError::UnknownBackend)?;
     match config {
         BackendConfig::Token { actions, .. } => {
-            if !token::grammar::is_path(path) {
-                return Err(ResourceError::Path);
-            }
-            if !token::grammar::is_action(action) {
-                return Err(ResourceError::Action);
-            }
-            if let Some(allowed) = actions {
-                if !allowed.iter().any(|a| a == action) {
-                    return Err(ResourceError::Action);
-                }
-            }
+            token::grammar::check_resource(path, action, actions.as_deref())
         }
         BackendConfig::AwsSts(aws) => {
-            use crate::backends::aws::grammar;
-            if !grammar::is_iam_action(action) {
-                return Err(ResourceError::Action);
-            }
-            if !grammar::is_arn_for(path, grammar::action_service(action)) {
-                return Err(ResourceError::Path);
-            }
-            if let Some(allowed) = &aws.actions {
-                if !allowed.iter().any(|a| a == action) {
-                    return Err(ResourceError::Action);
-                }
-            }
+            aws::grammar::check_resource(path, action, aws.actions.as_deref())
         }
-        BackendConfig::Postgres(db) | BackendConfig::Mysql(db) => {
-            let dialect = match config {
-                BackendConfig::Mysql(_) => DbKind::Mysql,
-                _ => DbKind::Postgres,
-            };
-            let parsed =
-                database::parse_path(dialect, path, ALL_TABLES).ok_or(ResourceError::Path)?;
-            // An empty database: a simulation without a configuration
-            // (`simulate::unconfigured_backend`), where any database is accepted.
-            if !db.database.is_empty() && parsed.database != db.database {
-                return Err(ResourceError::Database);
-            }
-            if !database::ACTIONS.contains(&action) {
-                return Err(ResourceError::Action);
-            }
-            if let Some(allowed) = &db.actions {
-                if !allowed.iter().any(|a| a == action) {
-                    return Err(ResourceError::Action);
-                }
-            }
-        }
-    }
+        BackendConfig::Postgres(db) => database::check_resource(DbKind::Postgres, db, path, action),
+        BackendConfig::Mysql(db) => database::check_resource(DbKind::Mysql, db, path, action),
+    }?;
     Ok(Resource {
         backend,
         kind: config.kind(),

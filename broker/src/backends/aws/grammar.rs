@@ -19,6 +19,8 @@
 //!   the wildcard as a character. `$`, `{` and `}` (policy variables), quotes,
 //!   spaces, control characters, empty, `.` and `..` segments and `**` are refused.
 
+use crate::backends::grammar::{is_allowed, is_canonical, Invalid};
+
 /// Longest IAM action accepted (`service:Operation`).
 pub const MAX_ACTION_LEN: usize = 64;
 
@@ -39,6 +41,25 @@ fn is_service(s: &str) -> bool {
         && s.as_bytes()[0].is_ascii_lowercase()
         && s.bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+}
+
+/// A request's action, then its ARN (for the action's service), then the
+/// backend's allow-list.
+pub fn check_resource(
+    path: &str,
+    action: &str,
+    allow_list: Option<&[String]>,
+) -> Result<(), Invalid> {
+    if !is_iam_action(action) {
+        return Err(Invalid::Action);
+    }
+    if !is_arn_for(path, action_service(action)) {
+        return Err(Invalid::Path);
+    }
+    if !is_allowed(allow_list, action) {
+        return Err(Invalid::Action);
+    }
+    Ok(())
 }
 
 /// The service part of a valid action (`s3` for `s3:GetObject`).
@@ -88,7 +109,7 @@ fn is_arn_resource(s: &str) -> bool {
                     b'_' | b'.' | b',' | b'+' | b'=' | b'@' | b'/' | b':' | b'*' | b'?' | b'-'
                 )
         })
-        && crate::backends::grammar::is_canonical(s)
+        && is_canonical(s)
         && s.bytes().any(|c| c.is_ascii_alphanumeric())
 }
 

@@ -70,14 +70,7 @@ impl AwsStsBackend {
         let c = grant.claims;
         // The capability was checked when issued; the configuration may have
         // changed since (an action taken off the allow-list): check again.
-        let action_ok = grammar::is_iam_action(&c.act)
-            && grammar::is_arn_for(grant.path, grammar::action_service(&c.act))
-            && self
-                .cfg
-                .actions
-                .as_ref()
-                .is_none_or(|allowed| allowed.iter().any(|a| a == &c.act));
-        if !action_ok {
+        if grammar::check_resource(grant.path, &c.act, self.cfg.actions.as_deref()).is_err() {
             return Err(BackendError::Unsupported {
                 code: ErrorCode::InvalidAction,
                 message: "this backend no longer issues credentials for this action or resource"

@@ -10,6 +10,7 @@
 
 pub mod settings;
 
+use super::grammar::{is_allowed, Invalid};
 use crate::clock::rfc3339;
 use crate::ids::{hex, random_bytes, sha256_hex};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -68,8 +69,32 @@ impl DbKind {
     }
 }
 
+/// Database paths may name every table of a schema (`*`); policy then decides
+/// whether a permit grants it explicitly (`resource::inclusion_grants`).
+const ALL_TABLES: bool = true;
+
+/// A request's path (in `dialect`, on the backend's one database), then its
+/// action, then the backend's allow-list.
+pub fn check_resource(
+    dialect: DbKind,
+    backend: &settings::DatabaseBackendConfig,
+    path: &str,
+    action: &str,
+) -> Result<(), Invalid> {
+    let parsed = parse_path(dialect, path, ALL_TABLES).ok_or(Invalid::Path)?;
+    // An empty database: a simulation without a configuration
+    // (`simulate::unconfigured_backend`), where any database is accepted.
+    if !backend.database.is_empty() && parsed.database != backend.database {
+        return Err(Invalid::Database);
+    }
+    if !ACTIONS.contains(&action) || !is_allowed(backend.actions.as_deref(), action) {
+        return Err(Invalid::Action);
+    }
+    Ok(())
+}
+
 /// Parses `database.schema.table` (PostgreSQL) or `database.table` (MySQL); the
-/// table may be `*` only when `allow_all_tables` (see `resource::parse`).
+/// table may be `*` only when `allow_all_tables` (see [`check_resource`]).
 pub fn parse_path(dialect: DbKind, path: &str, allow_all_tables: bool) -> Option<DbPath> {
     let parts: Vec<&str> = path.split('.').collect();
     let (database, schema, table) = match (dialect, parts.as_slice()) {

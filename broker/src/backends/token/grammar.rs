@@ -6,7 +6,7 @@
 //! spelling only ([`is_canonical`]): a service that normalises `a//b` to `a/b`
 //! must not see a resource policy never decided.
 
-use crate::backends::grammar::{is_canonical, MAX_ACTION_LEN};
+use crate::backends::grammar::{is_allowed, is_canonical, Invalid, MAX_ACTION_LEN};
 
 /// Actions: 1-64 of `[a-z0-9_.-]`, starting with a letter.
 pub fn is_action(s: &str) -> bool {
@@ -29,4 +29,20 @@ pub fn is_path(s: &str) -> bool {
                 )
         })
         && is_canonical(s)
+}
+
+/// A request's path and action, checked in that order, then against the
+/// backend's allow-list.
+pub fn check_resource(
+    path: &str,
+    action: &str,
+    allow_list: Option<&[String]>,
+) -> Result<(), Invalid> {
+    if !is_path(path) {
+        return Err(Invalid::Path);
+    }
+    if !is_action(action) || !is_allowed(allow_list, action) {
+        return Err(Invalid::Action);
+    }
+    Ok(())
 }
