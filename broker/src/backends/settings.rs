@@ -39,6 +39,27 @@ impl BackendConfig {
         }
     }
 
+    /// A backend of `kind` as the policy tools model it without a configuration
+    /// or a connection (each kind's `unconfigured`); `None`: this build has no
+    /// such kind.
+    pub fn unconfigured(kind: &str) -> Option<BackendConfig> {
+        match kind {
+            "postgres" => Some(BackendConfig::Postgres(
+                DatabaseBackendConfig::unconfigured(),
+            )),
+            "mysql" => Some(BackendConfig::Mysql(DatabaseBackendConfig::unconfigured())),
+            "token" => {
+                let token = token::TokenConfig::unconfigured();
+                Some(BackendConfig::Token {
+                    audience: token.audience,
+                    actions: token.actions,
+                })
+            }
+            "aws-sts" => Some(BackendConfig::AwsSts(AwsStsConfig::unconfigured())),
+            _ => None,
+        }
+    }
+
     /// Resolves one table (`setting` is its name, `backends.NAME`) by its `kind`:
     /// the kind checks its own keys. What only a serving broker needs from the
     /// environment is left to [`BackendConfig::resolve_credentials`].

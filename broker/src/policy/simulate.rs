@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{admit, PolicyEngine, PolicyRequest};
-use crate::backends::database::settings::DatabaseBackendConfig;
 use crate::config::BackendConfig;
 use crate::grammar::quote;
 
@@ -74,35 +73,13 @@ impl Simulated {
     }
 }
 
-/// A backend of `kind` as a simulation without a configuration sees it: no action
-/// allow-list (any action of the kind's grammar), a placeholder audience, and for
-/// the database kinds no URL and any database (nothing is connected to). `None`:
-/// this build has no such kind.
+/// A backend of `kind` as a simulation without a configuration sees it, as the
+/// kind models itself ([`BackendConfig::unconfigured`]): no action allow-list
+/// (any action of the kind's grammar), placeholders for what names a downstream,
+/// no URL or credentials (nothing is connected to). `None`: this build has no
+/// such kind.
 pub fn unconfigured_backend(kind: &str) -> Option<BackendConfig> {
-    let database = || DatabaseBackendConfig {
-        url: secrecy::SecretString::from(String::new()),
-        database: String::new(),
-        public_host: String::new(),
-        public_port: 0,
-        connection_limit: 0,
-        max_connections: 0,
-        scram_iterations: 0,
-        actions: None,
-        strict: true,
-        account_host: None,
-    };
-    match kind {
-        "postgres" => Some(BackendConfig::Postgres(database())),
-        "mysql" => Some(BackendConfig::Mysql(database())),
-        "token" => Some(BackendConfig::Token {
-            audience: "policy-test".into(),
-            actions: None,
-        }),
-        "aws-sts" => Some(BackendConfig::AwsSts(
-            crate::backends::aws::settings::AwsStsConfig::unconfigured(),
-        )),
-        _ => None,
-    }
+    BackendConfig::unconfigured(kind)
 }
 
 impl PolicyEngine {

@@ -83,7 +83,7 @@ pub fn check_resource(
 ) -> Result<(), Invalid> {
     let parsed = parse_path(dialect, path, ALL_TABLES).ok_or(Invalid::Path)?;
     // An empty database: a simulation without a configuration
-    // (`simulate::unconfigured_backend`), where any database is accepted.
+    // (`DatabaseBackendConfig::unconfigured`), where any database is accepted.
     if !backend.database.is_empty() && parsed.database != backend.database {
         return Err(Invalid::Database);
     }

@@ -36,6 +36,26 @@ pub struct DatabaseBackendConfig {
     pub account_host: Option<String>,
 }
 
+impl DatabaseBackendConfig {
+    /// A backend as policy simulation sees one without a configuration: no URL
+    /// (nothing is connected to), any action of the kind's grammar, and any
+    /// database (an empty `database`, which [`super::check_resource`] reads so).
+    pub fn unconfigured() -> DatabaseBackendConfig {
+        DatabaseBackendConfig {
+            url: secrecy::SecretString::from(String::new()),
+            database: String::new(),
+            public_host: String::new(),
+            public_port: 0,
+            connection_limit: 0,
+            max_connections: 0,
+            scram_iterations: 0,
+            actions: None,
+            strict: true,
+            account_host: None,
+        }
+    }
+}
+
 impl std::fmt::Debug for DatabaseBackendConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseBackendConfig")

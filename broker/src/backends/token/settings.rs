@@ -24,6 +24,17 @@ pub struct TokenConfig {
     pub actions: Option<Vec<String>>,
 }
 
+impl TokenConfig {
+    /// A backend as policy simulation sees one without a configuration: any
+    /// action of the kind's grammar, a placeholder audience.
+    pub fn unconfigured() -> TokenConfig {
+        TokenConfig {
+            audience: "policy-test".to_owned(),
+            actions: None,
+        }
+    }
+}
+
 /// Checks the table's keys; errors name the setting (`{setting}.audience`).
 pub fn resolve(setting: &str, table: RawTable) -> Result<TokenConfig, ConfigError> {
     let b: RawTokenBackend = parse_table(setting, table)?;
