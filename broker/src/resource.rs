@@ -76,13 +76,13 @@ pub fn is_backend_name(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
 }
 
-/// The characters that are wildcards in paths of backend `kind`: `*` for every
-/// kind (for databases only as the whole table part), and `?` (one character) for
-/// `aws-sts`, as IAM reads them.
+/// The characters that are wildcards in paths of backend `kind`, as the kind
+/// reads them (`*` for every kind; `?` too for `aws-sts`).
 pub fn wildcards(kind: &str) -> &'static [char] {
     match kind {
-        "aws-sts" => &['*', '?'],
-        _ => &['*'],
+        "aws-sts" => aws::grammar::WILDCARDS,
+        "postgres" | "mysql" => database::WILDCARDS,
+        _ => token::grammar::WILDCARDS,
     }
 }
 
@@ -92,13 +92,16 @@ pub fn is_set(kind: &str, path: &str) -> bool {
     path.contains(wildcards(kind))
 }
 
-/// Whether a permit whose pattern contains a whole set grants it (`token`,
-/// `aws-sts`: `like "reports/*"` grants `reports/2026/*`). For databases, where
-/// `*` is every table of a schema, only a permit that names the wildcard
-/// explicitly (`== "analytics.public.*"`) does: a pattern written for "any one
-/// table" never grants all of them at once.
+/// Whether a permit whose pattern contains a whole set grants it, as the kind
+/// says: yes for `token` and `aws-sts` (`like "reports/*"` grants
+/// `reports/2026/*`), only explicitly for the database kinds
+/// (`database::INCLUSION_GRANTS`).
 pub fn inclusion_grants(kind: &str) -> bool {
-    !matches!(kind, "postgres" | "mysql")
+    match kind {
+        "aws-sts" => aws::grammar::INCLUSION_GRANTS,
+        "postgres" | "mysql" => database::INCLUSION_GRANTS,
+        _ => token::grammar::INCLUSION_GRANTS,
+    }
 }
 
 /// Splits and validates `BACKEND:PATH` against the configured backends and the

@@ -21,6 +21,14 @@
 
 use crate::backends::grammar::{is_allowed, is_canonical, Invalid};
 
+/// The wildcards of a resource ARN, as IAM reads them: `*` (any run of
+/// characters) and `?` (one character).
+pub const WILDCARDS: &[char] = &['*', '?'];
+
+/// A permit whose pattern contains a whole set grants it, as for `token`
+/// (`resource::inclusion_grants`).
+pub const INCLUSION_GRANTS: bool = true;
+
 /// Longest IAM action accepted (`service:Operation`).
 pub const MAX_ACTION_LEN: usize = 64;
 

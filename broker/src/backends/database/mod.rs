@@ -70,8 +70,16 @@ impl DbKind {
 }
 
 /// Database paths may name every table of a schema (`*`); policy then decides
-/// whether a permit grants it explicitly (`resource::inclusion_grants`).
+/// whether a permit grants it explicitly ([`INCLUSION_GRANTS`]).
 const ALL_TABLES: bool = true;
+
+/// `*` is a wildcard only as the whole table part (every table of the schema).
+pub const WILDCARDS: &[char] = &['*'];
+
+/// Where `*` is every table of a schema, only a permit that names the wildcard
+/// explicitly (`== "analytics.public.*"`) grants it: a pattern written for "any
+/// one table" never grants all of them at once (`resource::inclusion_grants`).
+pub const INCLUSION_GRANTS: bool = false;
 
 /// A request's path (in `dialect`, on the backend's one database), then its
 /// action, then the backend's allow-list.

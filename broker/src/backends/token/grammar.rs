@@ -8,6 +8,13 @@
 
 use crate::backends::grammar::{is_allowed, is_canonical, Invalid, MAX_ACTION_LEN};
 
+/// `*` in a path is a wildcard (any run of characters, `/` included).
+pub const WILDCARDS: &[char] = &['*'];
+
+/// A permit whose pattern contains a whole set grants it: `like "reports/*"`
+/// grants `reports/2026/*` (`resource::inclusion_grants`).
+pub const INCLUSION_GRANTS: bool = true;
+
 /// Actions: 1-64 of `[a-z0-9_.-]`, starting with a letter.
 pub fn is_action(s: &str) -> bool {
     (1..=MAX_ACTION_LEN).contains(&s.len())
