@@ -27,6 +27,8 @@ pub mod ids;
 pub mod instance;
 pub mod jobs;
 pub mod keys;
+#[cfg(test)]
+mod layering;
 pub mod metrics;
 pub mod names;
 pub mod policy;

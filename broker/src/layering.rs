@@ -1,0 +1,109 @@
+//! The import direction between configuration, resources and backends, checked.
+//!
+//! Why a test: `config` assembles what the backend kinds resolve, and `resource`
+//! hands requests to the kinds' grammars, so the dependencies run
+//! `config → backends`, `config → resource → backends`, and every kind depends only
+//! on the [`crate::settings`] leaf for what settings need. An import the other way
+//! compiles fine (Rust allows module cycles) and would quietly bring the cycle
+//! back; this test names the file that does it.
+
+use std::path::{Path, PathBuf};
+
+/// The source files under `dir`, recursively.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The top-level modules of this crate that `file` names (`crate::config::X`,
+/// `use crate::{config, grammar}`), comments left out.
+fn crate_modules(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut modules = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = group.split('}').next().unwrap_or("");
+            for item in group.split(',') {
+                modules.push(first_segment(item.trim()));
+            }
+        } else {
+            modules.push(first_segment(rest));
+        }
+    }
+    modules.retain(|m| !m.is_empty());
+    modules
+}
+
+fn first_segment(path: &str) -> String {
+    path.chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `(file, module)` of `files` that imports one of `forbidden`.
+fn offenders(files: &[PathBuf], forbidden: &[&str]) -> Vec<String> {
+    files
+        .iter()
+        .flat_map(|f| {
+            crate_modules(f)
+                .into_iter()
+                .filter(|m| forbidden.contains(&m.as_str()))
+                .map(move |m| format!("{} imports crate::{m}", f.display()))
+        })
+        .collect()
+}
+
+#[test]
+fn backends_import_neither_config_nor_resource() {
+    let files = sources(&src().join("backends"));
+    assert!(files.len() > 10, "{files:?}");
+    let bad = offenders(&files, &["config", "resource"]);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn resource_does_not_import_config() {
+    let bad = offenders(&[src().join("resource.rs")], &["config"]);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn settings_is_a_leaf() {
+    let file = src().join("settings.rs");
+    let modules = crate_modules(&file);
+    assert!(modules.is_empty(), "{} imports {modules:?}", file.display());
+}
+
+#[test]
+fn the_check_sees_imports() {
+    let dir = std::env::temp_dir().join(format!("tessera-layering-{}", crate::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("probe.rs");
+    std::fs::write(
+        &file,
+        "//! crate::config in a comment is no import\n\
+         use crate::{clock::Clock, config};\n\
+         fn f() -> crate::resource::ResourceError { todo!() }\n",
+    )
+    .unwrap();
+    assert_eq!(crate_modules(&file), ["clock", "config", "resource"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
