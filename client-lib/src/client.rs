@@ -251,35 +251,14 @@ impl ClientBuilder {
             Error::Config("no run token (TESSERA_RUN_TOKEN_FILE or TESSERA_RUN_TOKEN_FD)".into())
         })?;
         check_token_shape(run_token.expose_secret())?;
-        let mut http = reqwest::Client::builder()
-            .timeout(self.timeout)
-            .connect_timeout(self.connect_timeout)
-            .user_agent(self.user_agent);
-        // The run token goes to the broker and nowhere else: a proxy named by
-        // HTTP_PROXY/ALL_PROXY (sandboxes often set them) would see it, so
-        // proxies are used only when asked for.
-        if !self.proxy_from_env {
-            http = http.no_proxy();
-        }
-        // A redirect would re-send the request — the run token, a capability
-        // in the body — to wherever the Location points.
-        http = http.redirect(reqwest::redirect::Policy::none());
-        // Always our own rustls configuration (ring provider), so no process-wide
-        // crypto provider has to be installed by the embedding program.
-        let roots = match (&self.ca_pem, base.starts_with("https://")) {
-            (Some(pem), _) => roots(pem)?,
-            (None, false) => rustls::RootCertStore::empty(),
-            (None, true) => {
-                return Err(Error::Config(
-                    "an https:// broker needs the CA certificate (TESSERA_CA_FILE or ca_pem)"
-                        .into(),
-                ))
-            }
-        };
-        http = http.use_preconfigured_tls(tls_config(roots)?);
-        let http = http
-            .build()
-            .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
+        let http = transport(&Transport {
+            base: &base,
+            ca_pem: self.ca_pem.as_deref(),
+            timeout: self.timeout,
+            connect_timeout: self.connect_timeout,
+            user_agent: &self.user_agent,
+            proxy_from_env: self.proxy_from_env,
+        })?;
         Ok(Client {
             inner: Arc::new(Inner {
                 http,
@@ -289,6 +268,48 @@ impl ClientBuilder {
             }),
         })
     }
+}
+
+/// How a client reaches the broker (shared by [`Client`] and
+/// [`crate::AdminClient`]: both carry a bearer secret).
+pub(crate) struct Transport<'a> {
+    pub base: &'a str,
+    pub ca_pem: Option<&'a [u8]>,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    pub user_agent: &'a str,
+    pub proxy_from_env: bool,
+}
+
+/// The HTTP client for a bearer secret: to the broker and nowhere else.
+pub(crate) fn transport(t: &Transport<'_>) -> Result<reqwest::Client, Error> {
+    let mut http = reqwest::Client::builder()
+        .timeout(t.timeout)
+        .connect_timeout(t.connect_timeout)
+        .user_agent(t.user_agent);
+    // The token goes to the broker and nowhere else: a proxy named by
+    // HTTP_PROXY/ALL_PROXY (sandboxes often set them) would see it, so
+    // proxies are used only when asked for.
+    if !t.proxy_from_env {
+        http = http.no_proxy();
+    }
+    // A redirect would re-send the request — the token, a capability in the
+    // body — to wherever the Location points.
+    http = http.redirect(reqwest::redirect::Policy::none());
+    // Always our own rustls configuration (ring provider), so no process-wide
+    // crypto provider has to be installed by the embedding program.
+    let roots = match (t.ca_pem, t.base.starts_with("https://")) {
+        (Some(pem), _) => roots(pem)?,
+        (None, false) => rustls::RootCertStore::empty(),
+        (None, true) => {
+            return Err(Error::Config(
+                "an https:// broker needs the CA certificate (TESSERA_CA_FILE or ca_pem)".into(),
+            ))
+        }
+    };
+    http.use_preconfigured_tls(tls_config(roots)?)
+        .build()
+        .map_err(|e| Error::Config(format!("HTTP client: {e}")))
 }
 
 /// Where the run token may go in clear: `http://` only to loopback (or with
@@ -634,13 +655,13 @@ enum Bearer {
 
 /// reqwest's error text without the URL's query (never holds a token here, but
 /// keep it short).
-fn short(e: &reqwest::Error) -> String {
+pub(crate) fn short(e: &reqwest::Error) -> String {
     let mut s = e.to_string();
     s.truncate(200);
     s
 }
 
-async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, Error> {
+pub(crate) async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, Error> {
     let status = resp.status();
     let retry_after = resp
         .headers()

@@ -45,8 +45,10 @@ pub enum Error {
         request_id: String,
     },
     /// The request itself was wrong: a 4xx such as `invalid_resource`, `unknown_action`.
-    #[error("request rejected ({code}, request {request_id}): {message}")]
+    #[error("request rejected ({status} {code}, request {request_id}): {message}")]
     Rejected {
+        /// The HTTP status (400, 404, 409, 413, 422, …).
+        status: u16,
         code: String,
         message: String,
         request_id: String,
@@ -133,6 +135,7 @@ impl Error {
                 request_id: Some(request_id),
             },
             _ => Error::Rejected {
+                status,
                 code,
                 message,
                 request_id,

@@ -45,6 +45,8 @@ pub mod schema;
 pub mod types;
 
 #[cfg(feature = "client")]
+mod admin;
+#[cfg(feature = "client")]
 mod client;
 #[cfg(feature = "client")]
 mod credentials;
@@ -56,6 +58,8 @@ pub mod refresh;
 #[cfg(feature = "aws")]
 pub mod aws;
 
+#[cfg(feature = "client")]
+pub use admin::{AdminClient, AdminClientBuilder};
 #[cfg(feature = "client")]
 pub use client::{check_transport, Ask, Client, ClientBuilder, RetryPolicy, RUN_TOKEN_PREFIX};
 #[cfg(feature = "client")]

@@ -1,13 +1,14 @@
 //! Admin commands (runtimes, runs, capabilities, keys, leases): calls to a
 //! running broker with the admin token, through [`super::remote`].
 
-use super::remote::{call, call_query};
+use super::remote::{admin, print_json, said};
 use super::{
     CapabilitiesCommand, Command, KeysCommand, LeasesCommand, Remote, RunsCommand, RuntimesCommand,
 };
 use anyhow::{bail, Context};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::process::ExitCode;
+use tessera_client::types::{CreateRuntimeRequest, PendingRevocationsQuery, RunListQuery};
 
 pub fn run(command: Command) -> ExitCode {
     super::block_on_remote(dispatch(command))
@@ -22,36 +23,27 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             client_cert,
             remote,
         }) => {
-            let pin = client_cert.as_deref().map(certificate_sha256).transpose()?;
-            let body = json!({ "name": name, "users": users, "task_kinds": task_kinds, "client_cert_sha256": pin });
-            let v = call(
-                &remote,
-                reqwest::Method::POST,
-                "/v1/admin/runtimes",
-                Some(body),
-            )
-            .await?;
+            let client_cert_sha256 = client_cert.as_deref().map(certificate_sha256).transpose()?;
+            let request = CreateRuntimeRequest {
+                name,
+                users,
+                task_kinds,
+                client_cert_sha256,
+            };
+            let v = admin(&remote)?
+                .create_runtime(&request)
+                .await
+                .map_err(said)?;
             if remote.json {
-                println!("{v}");
+                print_json(&v);
             } else {
-                println!(
-                    "runtime {} created (id {})",
-                    v["name"].as_str().unwrap_or(""),
-                    v["id"].as_str().unwrap_or("")
-                );
-                println!(
-                    "users: {}  task kinds: {}",
-                    v["users"].as_str().unwrap_or(""),
-                    v["task_kinds"].as_str().unwrap_or("")
-                );
-                println!(
-                    "API key (shown once, store it now): {}",
-                    v["key"].as_str().unwrap_or("")
-                );
+                println!("runtime {} created (id {})", v.name, v.id);
+                println!("users: {}  task kinds: {}", v.users, v.task_kinds);
+                println!("API key (shown once, store it now): {}", v.key);
             }
         }
         Command::Runtimes(RuntimesCommand::List { remote }) => {
-            let v = call(&remote, reqwest::Method::GET, "/v1/admin/runtimes", None).await?;
+            let v = admin(&remote)?.runtimes().await.map_err(said)?;
             print_table(
                 &remote,
                 &v,
@@ -60,27 +52,20 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             );
         }
         Command::Runtimes(RuntimesCommand::Disable { name, remote }) => {
-            let v = call(
-                &remote,
-                reqwest::Method::POST,
-                &format!("/v1/admin/runtimes/{name}/disable"),
-                None,
-            )
-            .await?;
+            let v = admin(&remote)?.disable_runtime(&name).await.map_err(said)?;
             if remote.json {
-                println!("{v}");
+                print_json(&v);
             } else {
-                let r = &v["revoked"];
                 println!(
                     "runtime {name} {}; ended {} open runs, revoked {} capabilities and {} leases",
-                    if v["disabled"] == true {
+                    if v.disabled {
                         "disabled"
                     } else {
                         "was already disabled"
                     },
-                    v["runs_ended"],
-                    r["capabilities"],
-                    r["leases"]
+                    v.runs_ended,
+                    v.revoked.capabilities,
+                    v.revoked.leases
                 );
             }
         }
@@ -91,17 +76,14 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             limit,
             remote,
         }) => {
-            let mut query = vec![("state", state), ("limit", limit.to_string())];
-            query.extend(runtime.map(|r| ("runtime", r)));
-            query.extend(user.map(|u| ("user", u)));
-            let v = call_query(
-                &remote,
-                reqwest::Method::GET,
-                "/v1/admin/runs",
-                &query,
-                None,
-            )
-            .await?;
+            let query = RunListQuery {
+                runtime,
+                user,
+                state: Some(state),
+                after: None,
+                limit: Some(limit),
+            };
+            let v = admin(&remote)?.runs(&query).await.map_err(said)?;
             print_table(
                 &remote,
                 &v,
@@ -121,15 +103,14 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             limit,
             remote,
         }) => {
-            let query = [("stuck", stuck.to_string()), ("limit", limit.to_string())];
-            let v = call_query(
-                &remote,
-                reqwest::Method::GET,
-                "/v1/admin/leases",
-                &query,
-                None,
-            )
-            .await?;
+            let query = PendingRevocationsQuery {
+                stuck: Some(stuck),
+                limit: Some(limit),
+            };
+            let v = admin(&remote)?
+                .pending_revocations(&query)
+                .await
+                .map_err(said)?;
             print_table(
                 &remote,
                 &v,
@@ -146,38 +127,21 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             );
         }
         Command::Capabilities(CapabilitiesCommand::Revoke { id, remote }) => {
-            let v = call(
-                &remote,
-                reqwest::Method::POST,
-                &format!("/v1/capabilities/{id}/revoke"),
-                None,
-            )
-            .await?;
+            let v = admin(&remote)?.revoke_capability(&id).await.map_err(said)?;
             if remote.json {
-                println!("{v}");
-            } else if v["revoked"] == true {
+                print_json(&v);
+            } else if v.revoked {
                 println!("capability {id} revoked");
             } else {
                 println!("capability {id} was already revoked");
             }
         }
         Command::Runs(RunsCommand::Show { id, remote }) => {
-            let v = call(
-                &remote,
-                reqwest::Method::GET,
-                &format!("/v1/runs/{id}"),
-                None,
-            )
-            .await?;
+            let v = admin(&remote)?.run(&id).await.map_err(said)?;
             if remote.json {
-                println!("{v}");
+                print_json(&v);
             } else {
-                println!(
-                    "run {}  user {}  state {}",
-                    v["run_id"].as_str().unwrap_or(""),
-                    v["user"].as_str().unwrap_or(""),
-                    v["state"].as_str().unwrap_or("")
-                );
+                println!("run {}  user {}  state {}", v.run_id, v.user, v.state);
                 print_table(
                     &remote,
                     &v,
@@ -194,45 +158,33 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             }
         }
         Command::Runs(RunsCommand::End { id, remote }) => {
-            let v = call(
-                &remote,
-                reqwest::Method::POST,
-                &format!("/v1/runs/{id}/end"),
-                None,
-            )
-            .await?;
+            let v = admin(&remote)?.end_run(&id).await.map_err(said)?;
             if remote.json {
-                println!("{v}");
+                print_json(&v);
             } else {
-                let r = &v["revoked"];
+                let r = &v.revoked;
                 println!(
                     "run {id} ended; revoked {} capabilities, {} leases, {} pending",
-                    r["capabilities"], r["leases"], r["pending"]
+                    r.capabilities, r.leases, r.pending
                 );
             }
         }
         Command::Keys(KeysCommand::Rotate { remote }) => {
-            let v = call(
-                &remote,
-                reqwest::Method::POST,
-                "/v1/admin/keys/rotate",
-                None,
-            )
-            .await?;
+            let v = admin(&remote)?.rotate_key().await.map_err(said)?;
             if remote.json {
-                println!("{v}");
+                print_json(&v);
             } else {
-                println!("new signing key {}", v["kid"].as_str().unwrap_or(""));
-                if let Some(prev) = v["previous_kid"].as_str() {
+                println!("new signing key {}", v.kid);
+                if let Some(prev) = &v.previous_kid {
                     println!(
                         "previous key {prev} stays published until {}",
-                        v["previous_published_until"].as_str().unwrap_or("")
+                        v.previous_published_until.as_deref().unwrap_or("")
                     );
                 }
             }
         }
         Command::Keys(KeysCommand::List { remote }) => {
-            let v = call(&remote, reqwest::Method::GET, "/v1/admin/keys", None).await?;
+            let v = admin(&remote)?.keys().await.map_err(said)?;
             print_table(
                 &remote,
                 &v,
@@ -258,11 +210,13 @@ fn certificate_sha256(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(crate::ids::sha256_hex(leaf.as_ref()))
 }
 
-pub(super) fn print_table(remote: &Remote, v: &Value, key: &str, columns: &[&str]) {
+/// The rows of `v[key]` as a table (or `v` as JSON with `--json`).
+pub(super) fn print_table(remote: &Remote, v: &impl serde::Serialize, key: &str, columns: &[&str]) {
     if remote.json {
-        println!("{v}");
+        print_json(v);
         return;
     }
+    let v = serde_json::to_value(v).unwrap_or_default();
     let rows = v[key].as_array().cloned().unwrap_or_default();
     let cell = |row: &Value, c: &str| match &row[c] {
         Value::String(s) => s.clone(),

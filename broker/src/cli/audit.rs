@@ -5,13 +5,15 @@
 //! the broker keeps appending. `export` writes one JSON object per line, oldest
 //! first — what SIEM collectors ingest.
 
-use super::remote::{call, call_query};
+use super::remote::{admin, said};
 use super::{AuditCommand, Remote};
 use crate::clock::{parse_rfc3339_ms, rfc3339_ms};
 use crate::grammar::parse_duration;
 use anyhow::{bail, Context};
 use serde_json::Value;
 use std::io::Write;
+use tessera_client::types::{AuditQuery, AuditRecord, CheckpointsRequest};
+use tessera_client::AdminClient;
 
 /// Rows per request while exporting.
 const EXPORT_PAGE: i64 = 1000;
@@ -33,10 +35,12 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
             follow,
             remote,
         } => {
-            let mut filters = Vec::new();
-            filters.extend(run.map(|r| ("run", r)));
-            filters.extend(user.map(|u| ("user", u)));
-            filters.extend(event.map(|e| ("event", e)));
+            let filters = AuditQuery {
+                run,
+                user,
+                event,
+                ..AuditQuery::default()
+            };
             tail(&remote, filters, lines, follow).await
         }
         AuditCommand::Export {
@@ -50,11 +54,14 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
                 bail!("--format: only jsonl is supported");
             }
             let now_ms = crate::clock::Clock::new().now_ms();
-            let mut filters = vec![("since", rfc3339_ms(time_arg("--since", &since, now_ms)?))];
-            if let Some(u) = until {
-                filters.push(("until", rfc3339_ms(time_arg("--until", &u, now_ms)?)));
-            }
-            filters.extend(run.map(|r| ("run", r)));
+            let filters = AuditQuery {
+                since: Some(rfc3339_ms(time_arg("--since", &since, now_ms)?)),
+                until: until
+                    .map(|u| time_arg("--until", &u, now_ms).map(rfc3339_ms))
+                    .transpose()?,
+                run,
+                ..AuditQuery::default()
+            };
             export(&remote, filters).await
         }
     }
@@ -78,18 +85,16 @@ async fn verify(
     checkpoints: Option<&std::path::Path>,
     max_tail: Option<i64>,
 ) -> anyhow::Result<()> {
-    let chain = call(remote, reqwest::Method::GET, "/v1/admin/audit/verify", None).await?;
-    let head = chain["head_seq"].as_i64().unwrap_or(0);
-    let unkeyed = chain["unkeyed_rows"].as_i64().unwrap_or(0);
+    let client = admin(remote)?;
+    let chain = client.verify_audit().await.map_err(said)?;
+    let head = chain.head_seq;
+    let unkeyed = chain.unkeyed_rows;
     let mut problems: Vec<String> = vec![];
-    if chain["ok"] != true {
-        let p = &chain["first_problem"];
-        problems.push(format!(
-            "row {}: {} ({})",
-            p["seq"],
-            p["kind"].as_str().unwrap_or(""),
-            p["detail"].as_str().unwrap_or("")
-        ));
+    if !chain.ok {
+        match &chain.first_problem {
+            Some(p) => problems.push(format!("row {}: {} ({})", p.seq, p.kind, p.detail)),
+            None => problems.push("the broker says the chain does not verify".to_owned()),
+        }
     }
     let mut checked = 0usize;
     let mut last_checkpoint: Option<i64> = None;
@@ -115,18 +120,14 @@ async fn verify(
             }
         }
         for chunk in tokens.chunks(100) {
-            let body = serde_json::json!({ "checkpoints": chunk });
-            let v = call(
-                remote,
-                reqwest::Method::POST,
-                "/v1/admin/audit/checkpoints/check",
-                Some(body),
-            )
-            .await?;
-            for r in v["results"].as_array().cloned().unwrap_or_default() {
+            let request = CheckpointsRequest {
+                checkpoints: chunk.to_vec(),
+            };
+            let v = client.check_checkpoints(&request).await.map_err(said)?;
+            for r in v.results {
                 checked += 1;
-                let seq = r["seq"].as_i64().unwrap_or(0);
-                match r["status"].as_str().unwrap_or("") {
+                let seq = r.seq;
+                match r.status.as_str() {
                     "matches" => last_checkpoint = last_checkpoint.max(Some(seq)),
                     "missing" => problems.push(format!(
                         "checkpointed row {seq} is missing (rows were removed)"
@@ -183,11 +184,11 @@ async fn verify(
             "chain_intact_no_checkpoints" => println!(
                 "audit chain links verify: {} rows, head at {head}{unkeyed_note}; \
                  without --checkpoints a truncation of the newest rows cannot be seen",
-                chain["rows"]
+                chain.rows
             ),
             "intact" => println!(
                 "audit log intact: {} rows, head at {head}, {checked} checkpoints match, the last at the head{unkeyed_note}",
-                chain["rows"]
+                chain.rows
             ),
             _ => println!(
                 "audit log verified through checkpoint at row {}: {checked} checkpoints match; \
@@ -205,29 +206,31 @@ async fn verify(
 }
 
 async fn page(
-    remote: &Remote,
-    query: &[(&str, String)],
-) -> anyhow::Result<(Vec<Value>, Option<i64>)> {
-    let v = call_query(remote, reqwest::Method::GET, "/v1/admin/audit", query, None).await?;
-    let events = v["events"].as_array().cloned().unwrap_or_default();
-    Ok((events, v["next_cursor"].as_i64()))
+    client: &AdminClient,
+    query: &AuditQuery,
+) -> anyhow::Result<(Vec<AuditRecord>, Option<i64>)> {
+    let v = client.audit(query).await.map_err(said)?;
+    Ok((v.events, v.next_cursor))
 }
 
 async fn tail(
     remote: &Remote,
-    filters: Vec<(&'static str, String)>,
+    filters: AuditQuery,
     lines: i64,
     follow: bool,
 ) -> anyhow::Result<()> {
     if !(1..=1000).contains(&lines) {
         bail!("-n/--lines must be 1-1000");
     }
-    let mut query = filters.clone();
-    query.push(("order", "desc".into()));
-    query.push(("limit", lines.to_string()));
-    let (mut recent, _) = page(remote, &query).await?;
+    let client = admin(remote)?;
+    let query = AuditQuery {
+        order: Some("desc".into()),
+        limit: Some(lines),
+        ..filters.clone()
+    };
+    let (mut recent, _) = page(&client, &query).await?;
     recent.reverse();
-    let mut last = recent.last().and_then(|e| e["seq"].as_i64()).unwrap_or(0);
+    let mut last = recent.last().map_or(0, |e| e.seq);
     let mut out = std::io::stdout().lock();
     for e in &recent {
         print_event(&mut out, remote.json, e)?;
@@ -240,14 +243,16 @@ async fn tail(
     loop {
         tokio::time::sleep(FOLLOW_EVERY).await;
         loop {
-            let mut query = filters.clone();
-            query.push(("after", last.to_string()));
-            query.push(("limit", EXPORT_PAGE.to_string()));
-            let (events, next) = page(remote, &query).await?;
+            let query = AuditQuery {
+                after: Some(last),
+                limit: Some(EXPORT_PAGE),
+                ..filters.clone()
+            };
+            let (events, next) = page(&client, &query).await?;
             let mut out = std::io::stdout().lock();
             for e in &events {
                 print_event(&mut out, remote.json, e)?;
-                last = e["seq"].as_i64().unwrap_or(last);
+                last = e.seq;
             }
             out.flush()?;
             if next.is_none() {
@@ -257,19 +262,20 @@ async fn tail(
     }
 }
 
-async fn export(remote: &Remote, filters: Vec<(&'static str, String)>) -> anyhow::Result<()> {
+async fn export(remote: &Remote, filters: AuditQuery) -> anyhow::Result<()> {
+    let client = admin(remote)?;
     let mut after: Option<i64> = None;
     let mut count = 0u64;
     loop {
-        let mut query = filters.clone();
-        query.push(("limit", EXPORT_PAGE.to_string()));
-        if let Some(a) = after {
-            query.push(("after", a.to_string()));
-        }
-        let (events, next) = page(remote, &query).await?;
+        let query = AuditQuery {
+            limit: Some(EXPORT_PAGE),
+            after,
+            ..filters.clone()
+        };
+        let (events, next) = page(&client, &query).await?;
         let mut out = std::io::stdout().lock();
         for e in &events {
-            writeln!(out, "{e}").context("writing to stdout")?;
+            writeln!(out, "{}", serde_json::to_string(e)?).context("writing to stdout")?;
             count += 1;
         }
         out.flush()?;
@@ -282,31 +288,26 @@ async fn export(remote: &Remote, filters: Vec<(&'static str, String)>) -> anyhow
     Ok(())
 }
 
-fn print_event(out: &mut impl Write, json: bool, e: &Value) -> anyhow::Result<()> {
+fn print_event(out: &mut impl Write, json: bool, e: &AuditRecord) -> anyhow::Result<()> {
     if json {
-        writeln!(out, "{e}")?;
+        writeln!(out, "{}", serde_json::to_string(e)?)?;
         return Ok(());
     }
-    let s = |k: &str| e[k].as_str().unwrap_or("-").to_owned();
     let mut line = format!(
         "{} #{} {} {} actor={}",
-        s("at"),
-        e["seq"],
-        s("event"),
-        s("decision"),
-        s("actor")
+        e.at, e.seq, e.event, e.decision, e.actor
     );
-    for key in [
-        "reason",
-        "user",
-        "task_id",
-        "run_id",
-        "capability_id",
-        "action",
-        "resource",
-        "detail",
+    for (key, value) in [
+        ("reason", &e.reason),
+        ("user", &e.user),
+        ("task_id", &e.task_id),
+        ("run_id", &e.run_id),
+        ("capability_id", &e.capability_id),
+        ("action", &e.action),
+        ("resource", &e.resource),
+        ("detail", &e.detail),
     ] {
-        if let Some(v) = e[key].as_str() {
+        if let Some(v) = value {
             line.push_str(&format!(" {key}={v}"));
         }
     }

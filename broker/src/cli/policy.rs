@@ -251,22 +251,17 @@ fn now() -> i64 {
 
 /// `tessera policy reload`: asks the running broker to reload its policy.
 async fn reload(remote: super::Remote) -> anyhow::Result<()> {
-    let v = super::remote::call(
-        &remote,
-        reqwest::Method::POST,
-        "/v1/admin/policy/reload",
-        None,
-    )
-    .await?;
+    let v = super::remote::admin(&remote)?
+        .reload_policy()
+        .await
+        .map_err(super::remote::said)?;
     if remote.json {
-        println!("{v}");
+        super::remote::print_json(&v);
     } else {
         println!(
             "policy reloaded: {} policies in force (sha256 {}); {} live capabilities \
                  the new policy no longer grants were revoked",
-            v["policies"],
-            v["sha256"].as_str().unwrap_or(""),
-            v["revoked"]
+            v.policies, v.sha256, v.revoked
         );
     }
     Ok(())
