@@ -82,9 +82,9 @@ impl App {
         let mut backends: BTreeMap<String, Arc<dyn Backend>> = BTreeMap::new();
         for (name, b) in &config.backends {
             let backend: Arc<dyn Backend> = match b {
-                BackendConfig::Token { audience, .. } => Arc::new(TokenBackend {
+                BackendConfig::Token(token) => Arc::new(TokenBackend {
                     issuer: config.issuer.clone(),
-                    audience: audience.clone(),
+                    audience: token.audience.clone(),
                     keys: keys.clone(),
                 }),
                 BackendConfig::AwsSts(aws) => Arc::new(

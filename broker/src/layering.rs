@@ -1,4 +1,5 @@
-//! The import direction between configuration, resources and backends, checked.
+//! The import direction between configuration, resources, backends and the
+//! store, checked.
 //!
 //! Why a test: `config` assembles what the backend kinds resolve, and `resource`
 //! hands requests to the kinds' grammars, so the dependencies run
@@ -72,11 +73,28 @@ fn offenders(files: &[PathBuf], forbidden: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn backends_import_neither_config_nor_resource() {
+fn backends_import_neither_config_nor_resource_nor_the_store() {
     let files = sources(&src().join("backends"));
     assert!(files.len() > 10, "{files:?}");
-    let bad = offenders(&files, &["config", "resource"]);
+    let bad = offenders(&files, &["config", "resource", "store"]);
     assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The store's layers point one way: nothing in it knows the HTTP API, the
+/// CLI or a backend.
+#[test]
+fn the_store_imports_no_api_cli_or_backend() {
+    let files = sources(&src().join("store"));
+    assert!(files.len() > 5, "{files:?}");
+    let bad = offenders(&files, &["api", "cli", "backends", "jobs"]);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn boxed_is_a_leaf() {
+    let file = src().join("boxed.rs");
+    let modules = crate_modules(&file);
+    assert!(modules.is_empty(), "{} imports {modules:?}", file.display());
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub mod app;
 pub mod audit;
 pub mod backends;
 pub mod boot;
+pub mod boxed;
 pub mod capability;
 pub mod cli;
 pub mod clock;

@@ -120,8 +120,8 @@ pub fn parse<'a>(
     }
     let config = backends.get(backend).ok_or(ResourceError::UnknownBackend)?;
     match config {
-        BackendConfig::Token { actions, .. } => {
-            token::grammar::check_resource(path, action, actions.as_deref())
+        BackendConfig::Token(t) => {
+            token::grammar::check_resource(path, action, t.actions.as_deref())
         }
         BackendConfig::AwsSts(aws) => {
             aws::grammar::check_resource(path, action, aws.actions.as_deref())
@@ -144,10 +144,10 @@ mod tests {
     fn backends() -> BTreeMap<String, BackendConfig> {
         BTreeMap::from([(
             "svc".to_owned(),
-            BackendConfig::Token {
+            BackendConfig::Token(crate::backends::token::TokenConfig {
                 audience: "a".into(),
                 actions: Some(vec!["read".into(), "write".into()]),
-            },
+            }),
         )])
     }
 

@@ -110,7 +110,7 @@ async fn access_token(
         .config
         .backends
         .values()
-        .any(|b| matches!(b, BackendConfig::Token { audience, .. } if *audience == claims.aud));
+        .any(|b| matches!(b, BackendConfig::Token(t) if t.audience == claims.aud));
     if !audience_ok
         || check_times_and_parties(
             &claims.iss,

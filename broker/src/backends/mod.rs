@@ -20,8 +20,8 @@ pub mod settings;
 pub mod strict;
 pub mod token;
 
+use crate::boxed::BoxFuture;
 use crate::capability::CapabilityClaims;
-use crate::store::writer::BoxFuture;
 use std::collections::BTreeMap;
 use tessera_client::types::ErrorCode;
 

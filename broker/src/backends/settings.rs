@@ -17,10 +17,7 @@ use crate::settings::{err, ConfigError, EnvLookup, RawTable};
 #[derive(Debug, Clone)]
 pub enum BackendConfig {
     /// Mints audience-restricted JWTs for an internal service (RFC 8693 style).
-    Token {
-        audience: String,
-        actions: Option<Vec<String>>,
-    },
+    Token(token::TokenConfig),
     /// Temporary AWS credentials from STS AssumeRole (`backends::aws`).
     AwsSts(AwsStsConfig),
     /// Throw-away PostgreSQL roles (`backends::postgres`).
@@ -32,7 +29,7 @@ pub enum BackendConfig {
 impl BackendConfig {
     pub fn kind(&self) -> &'static str {
         match self {
-            BackendConfig::Token { .. } => "token",
+            BackendConfig::Token(_) => "token",
             BackendConfig::AwsSts(_) => "aws-sts",
             BackendConfig::Postgres(_) => "postgres",
             BackendConfig::Mysql(_) => "mysql",
@@ -48,13 +45,7 @@ impl BackendConfig {
                 DatabaseBackendConfig::unconfigured(),
             )),
             "mysql" => Some(BackendConfig::Mysql(DatabaseBackendConfig::unconfigured())),
-            "token" => {
-                let token = token::TokenConfig::unconfigured();
-                Some(BackendConfig::Token {
-                    audience: token.audience,
-                    actions: token.actions,
-                })
-            }
+            "token" => Some(BackendConfig::Token(token::TokenConfig::unconfigured())),
             "aws-sts" => Some(BackendConfig::AwsSts(AwsStsConfig::unconfigured())),
             _ => None,
         }
@@ -74,13 +65,7 @@ impl BackendConfig {
             .ok_or_else(|| err(&format!("{setting}.kind"), "required"))?
             .to_owned();
         match kind.as_str() {
-            "token" => {
-                let token = token::resolve(setting, table)?;
-                Ok(BackendConfig::Token {
-                    audience: token.audience,
-                    actions: token.actions,
-                })
-            }
+            "token" => Ok(BackendConfig::Token(token::resolve(setting, table)?)),
             "aws-sts" => Ok(BackendConfig::AwsSts(aws::resolve(setting, table)?)),
             "postgres" => Ok(BackendConfig::Postgres(database::resolve(
                 setting,
@@ -120,7 +105,7 @@ impl BackendConfig {
     pub fn pool_size(&self) -> u32 {
         match self {
             BackendConfig::Postgres(db) | BackendConfig::Mysql(db) => db.max_connections,
-            BackendConfig::Token { .. } | BackendConfig::AwsSts(_) => 0,
+            BackendConfig::Token(_) | BackendConfig::AwsSts(_) => 0,
         }
     }
 }

@@ -321,10 +321,10 @@ impl Config {
             // `--dev` ships one backend so the walk-through works without a config file.
             backends.insert(
                 "svc-reports".to_owned(),
-                BackendConfig::Token {
+                BackendConfig::Token(crate::backends::token::TokenConfig {
                     audience: "https://reports.internal".to_owned(),
                     actions: None,
-                },
+                }),
             );
         }
         Ok(Config {

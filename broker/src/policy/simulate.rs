@@ -142,10 +142,10 @@ mod tests {
     fn backends() -> BTreeMap<String, BackendConfig> {
         BTreeMap::from([(
             "svc-reports".to_string(),
-            BackendConfig::Token {
+            BackendConfig::Token(crate::backends::token::TokenConfig {
                 audience: "a".into(),
                 actions: Some(vec!["read".into(), "invoke".into()]),
-            },
+            }),
         )])
     }
 
@@ -223,10 +223,10 @@ mod tests {
         let mut b = backends();
         b.insert(
             "svc-other".into(),
-            BackendConfig::Token {
+            BackendConfig::Token(crate::backends::token::TokenConfig {
                 audience: "a".into(),
                 actions: None,
-            },
+            }),
         );
         let err = e
             .simulate(spec("svc-other:x", "frobnicate"), &b)

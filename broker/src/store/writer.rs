@@ -31,14 +31,12 @@ use crate::audit::{chain_mac, AuditEvent, AuditKey};
 use crate::clock::Clock;
 use sqlx::{AnyConnection, Executor};
 use std::any::{Any, TypeId};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use crate::boxed::BoxFuture;
 
 /// Most ops applied in one transaction.
 pub const MAX_BATCH: usize = 512;

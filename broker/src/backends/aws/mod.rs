@@ -33,9 +33,9 @@ pub mod session_policy;
 pub mod settings;
 
 use super::{Backend, BackendError, Grant, Issued, Revocation};
+use crate::boxed::BoxFuture;
 use crate::capability::CapabilityClaims;
 use crate::clock::{rfc3339, Clock};
-use crate::store::writer::BoxFuture;
 use aws_sdk_sts::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sts::types::Tag;
 use serde_json::{json, Value};

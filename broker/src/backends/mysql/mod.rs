@@ -19,8 +19,8 @@ pub mod users;
 
 use super::database::{self, settings::DatabaseBackendConfig, DbKind, Privilege};
 use super::{Backend, BackendError, Grant, Issued};
+use crate::boxed::BoxFuture;
 use crate::capability::CapabilityClaims;
-use crate::store::writer::BoxFuture;
 use secrecy::ExposeSecret;
 use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
 use sqlx::ConnectOptions;

@@ -22,8 +22,8 @@ pub mod users;
 
 use super::database::{self, settings::DatabaseBackendConfig, DbKind, Privilege};
 use super::{Backend, BackendError, Grant, Issued};
+use crate::boxed::BoxFuture;
 use crate::capability::CapabilityClaims;
-use crate::store::writer::BoxFuture;
 use secrecy::ExposeSecret;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions;

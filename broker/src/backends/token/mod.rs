@@ -10,9 +10,11 @@
 pub mod grammar;
 pub mod settings;
 
+pub use settings::TokenConfig;
+
 use super::{Backend, BackendError, Grant, Issued};
+use crate::boxed::BoxFuture;
 use crate::keys::{jwt, KeyRing};
-use crate::store::writer::BoxFuture;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

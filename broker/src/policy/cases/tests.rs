@@ -144,10 +144,10 @@ fn resources_are_checked_with_the_broker_grammar() {
 fn config_backends_are_authoritative() {
     let config = BTreeMap::from([(
         "svc-reports".to_string(),
-        BackendConfig::Token {
+        BackendConfig::Token(crate::backends::token::TokenConfig {
             audience: "a".into(),
             actions: Some(vec!["write".into()]),
-        },
+        }),
     )]);
     let text = case("expect = \"allow\"").replace("deployer = \"token\"\n", "");
     // The configured allow-list does not include "read": the broker would refuse it.
