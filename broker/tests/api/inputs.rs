@@ -301,9 +301,11 @@ async fn a_null_optional_field_is_left_out_and_documented_so() {
         f["type"]
             .as_array()
             .is_some_and(|t| t.contains(&json!("null")))
-            || f["anyOf"]
-                .as_array()
-                .is_some_and(|a| a.contains(&json!({ "type": "null" })))
+            || ["anyOf", "oneOf"].iter().any(|k| {
+                f[*k]
+                    .as_array()
+                    .is_some_and(|a| a.contains(&json!({ "type": "null" })))
+            })
     };
     for (schema, field) in [
         ("CapabilityRequest", "ttl"),
