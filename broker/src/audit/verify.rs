@@ -42,6 +42,21 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
             break;
         }
         for row in page {
+            let row = match row {
+                Ok(row) => row,
+                Err(unreadable) => {
+                    rows += 1;
+                    first_problem = Some(Problem {
+                        seq: unreadable.seq.unwrap_or(expected),
+                        kind: "edited".to_owned(),
+                        detail: format!(
+                            "the row cannot be read as an audit row ({})",
+                            unreadable.detail
+                        ),
+                    });
+                    break 'pages;
+                }
+            };
             let StoredRow {
                 seq,
                 at_ms,

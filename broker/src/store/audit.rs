@@ -164,13 +164,25 @@ pub(crate) async fn set_head(
     Ok(())
 }
 
-/// Rows `from..=to` in order, at most `limit`: one page of a walk along the chain.
+/// A row of the chain that does not decode as an audit row (a column of the
+/// wrong type, written by whoever can write the database): what verification
+/// reports, not a reason to stop reading.
+#[derive(Debug, Clone)]
+pub struct UnreadableRow {
+    /// Its sequence number, if that column at least reads.
+    pub seq: Option<i64>,
+    pub detail: String,
+}
+
+/// Rows `from..=to` in order, at most `limit`: one page of a walk along the
+/// chain. Each row is decoded on its own, so one unreadable row is reported
+/// where it is instead of failing the page (and the verification with it).
 pub async fn chain_page(
     store: &Store,
     from: i64,
     to: i64,
     limit: i64,
-) -> Result<Vec<StoredRow>, StoreError> {
+) -> Result<Vec<Result<StoredRow, UnreadableRow>>, StoreError> {
     let q = store.sql(concat!(
         "SELECT ",
         audit_columns!(),
@@ -182,7 +194,15 @@ pub async fn chain_page(
         .bind(limit)
         .fetch_all(store.pool())
         .await?;
-    rows.iter().map(decode).collect()
+    Ok(rows
+        .iter()
+        .map(|row| {
+            decode(row).map_err(|e| UnreadableRow {
+                seq: sqlx::Row::try_get::<i64, _>(row, "seq").ok(),
+                detail: e.to_string(),
+            })
+        })
+        .collect())
 }
 
 /// Where the row at `seq` sits in time and in the chain.

@@ -76,6 +76,35 @@ async fn an_edited_row_is_caught(app: TestApp) {
     assert_eq!(r["first_problem"]["kind"], "edited");
 }
 
+/// A row that no longer reads as an audit row (SQLite keeps any value in any
+/// column; a PostgreSQL owner can drop a NOT NULL) is reported where it is, and
+/// one such row after an edited row does not hide the edit behind a 500: the
+/// verification names the first broken row either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_row_is_reported_not_an_outage() {
+    let app = TestApp::spawn(crate::support::app::Db::Sqlite).await;
+    busy(&app).await;
+    exec(&app, "UPDATE audit SET actor = X'00ff' WHERE seq = 9").await;
+    let r = report(&app).await;
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["first_problem"]["seq"], 9, "{r}");
+    assert_eq!(r["first_problem"]["kind"], "edited", "{r}");
+    assert!(
+        r["first_problem"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("cannot be read")),
+        "{r}"
+    );
+    exec(
+        &app,
+        "UPDATE audit SET actor = actor || '-forged' WHERE seq = 6",
+    )
+    .await;
+    let r = report(&app).await;
+    assert_eq!(r["first_problem"]["seq"], 6, "{r}");
+    assert_eq!(r["first_problem"]["kind"], "edited", "{r}");
+}
+
 async fn a_deleted_row_is_caught(app: TestApp) {
     busy(&app).await;
     exec(&app, "DELETE FROM audit WHERE seq = 5").await;
