@@ -124,12 +124,13 @@ impl AdminClient {
         }
         match req.send().await {
             Ok(resp) => decode(resp).await,
-            Err(e) if e.is_connect() || e.is_timeout() => Err(Error::Unavailable {
+            // Not retried, so every failure to get an answer is said the
+            // same way, with reqwest's reason.
+            Err(e) => Err(Error::Unavailable {
                 code: None,
                 message: format!("cannot reach the broker at {}: {}", self.base, short(&e)),
                 request_id: None,
             }),
-            Err(e) => Err(Error::Protocol(short(&e))),
         }
     }
 

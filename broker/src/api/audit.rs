@@ -134,6 +134,7 @@ pub async fn list(
 
 refusals!(VerifyAuditRefusals {
     401 => [Unauthenticated],
+    500 => [Internal],
     503 => [StoreUnavailable],
 });
 
@@ -149,7 +150,7 @@ refusals!(VerifyAuditRefusals {
     get,
     path = "/v1/admin/audit/verify",
     operation_id = "verifyAudit",
-    tags = ["admin", "keys"],
+    tags = ["admin", "audit"],
     security(("adminToken" = [])),
     responses(
         (status = 200, description = "Verification report", body = AuditVerifyReport),
@@ -191,7 +192,7 @@ refusals!(CheckAuditCheckpointsRefusals {
     post,
     path = "/v1/admin/audit/checkpoints/check",
     operation_id = "checkAuditCheckpoints",
-    tags = ["admin", "keys"],
+    tags = ["admin", "audit"],
     security(("adminToken" = [])),
     request_body = CheckpointsRequest,
     responses(

@@ -65,7 +65,7 @@ pub async fn verify_capability(
 }
 
 refusals!(ExchangeRefusals {
-    400 => [InvalidRequest, InvalidJson, SessionPolicyTooLarge, UserNotAwsCompatible, RunNotAwsCompatible],
+    400 => [InvalidRequest, InvalidJson, InvalidAction, SessionPolicyTooLarge, UserNotAwsCompatible, RunNotAwsCompatible],
     401 => [InvalidToken, TokenExpired],
     403 => [CapabilityRevoked, RunEnded, RunExpired, UsesExhausted, UnknownBackend, PolicyChanged, CapabilityLapsed, LeaseRevoked],
     413 => [BodyTooLarge],

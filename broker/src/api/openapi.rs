@@ -117,7 +117,8 @@ pub struct RuntimeNamePath {
     ),
     tags(
         (name = "runs"), (name = "capabilities"), (name = "exchange"), (name = "introspection"),
-        (name = "keys"), (name = "admin"), (name = "operations"),
+        (name = "keys"), (name = "admin"), (name = "runtimes"), (name = "leases"),
+        (name = "policy"), (name = "audit"), (name = "operations"),
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCode)),
     modifiers(&Credentials),
@@ -352,9 +353,18 @@ mod tests {
         ];
         let paths = doc["paths"].as_object().expect("paths");
         assert!(paths.len() >= 23, "{} paths", paths.len());
+        let declared: Vec<&Value> = doc["tags"]
+            .as_array()
+            .expect("tags")
+            .iter()
+            .map(|t| &t["name"])
+            .collect();
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {
                 let at = format!("{method} {path}");
+                for tag in op["tags"].as_array().expect("tags") {
+                    assert!(declared.contains(&tag), "{at}: tag {tag} is not declared");
+                }
                 let responses = op["responses"].as_object().expect("responses");
                 assert!(
                     responses.keys().any(|s| s.starts_with('2')),

@@ -46,16 +46,31 @@ pub fn said(e: Error) -> anyhow::Error {
             status,
             code,
             message,
-            ..
-        } => anyhow::anyhow!("the broker answered {status} ({code}): {message}"),
-        Error::Expired { code, message, .. } => {
-            anyhow::anyhow!("the broker refused ({code}): {message}")
-        }
+            request_id,
+        } => anyhow::anyhow!(
+            "the broker answered {status} ({code}, request {request_id}): {message}"
+        ),
+        Error::Expired {
+            code,
+            message,
+            request_id,
+        } => anyhow::anyhow!("the broker refused ({code}, request {request_id}): {message}"),
+        Error::Unavailable {
+            code: Some(code),
+            message,
+            request_id,
+        } => anyhow::anyhow!(
+            "the broker could not answer ({code}, request {}): {message}",
+            request_id.as_deref().unwrap_or("-")
+        ),
         Error::Unavailable {
             code: None,
             message,
             ..
         } => anyhow::anyhow!("{message}"),
+        Error::Config(message) if message.contains("ca_pem") => {
+            anyhow::anyhow!("an https:// broker address needs TESSERA_CA_FILE or --ca-file")
+        }
         other => anyhow::anyhow!("{other}"),
     }
 }
