@@ -17,6 +17,10 @@ use tessera_broker::config::{Config, Overrides};
 use tessera_broker::ids::{new_secret, ADMIN_TOKEN_PREFIX};
 use tessera_broker::keys::Kek;
 use tessera_broker::policy::PolicyEngine;
+use tessera_client::types::{
+    AuditPage, CapabilityResponse, CreateRunResponse, CreateRuntimeRequest, CreateRuntimeResponse,
+    ExchangeRequest, ExchangeResponse, IntrospectResponse,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Db {
@@ -443,6 +447,7 @@ impl TestApp {
             .await;
         assert_eq!(resp.status(), StatusCode::OK);
         let v: Value = resp.json().await.expect("json");
+        wire::<AuditPage>(&v);
         v["events"].as_array().expect("events").clone()
     }
 
@@ -471,12 +476,17 @@ impl TestApp {
             .post(
                 "/v1/admin/runtimes",
                 Some(&self.admin_token),
-                json!({ "name": name, "users": users, "task_kinds": kinds }),
+                to_json(&CreateRuntimeRequest {
+                    name: name.to_owned(),
+                    users: Some(users.to_owned()),
+                    task_kinds: Some(kinds.to_owned()),
+                    client_cert_sha256: None,
+                }),
             )
             .await;
         assert_eq!(resp.status(), StatusCode::CREATED);
         let v: Value = resp.json().await.expect("json");
-        v["key"].as_str().expect("key").to_owned()
+        wire::<CreateRuntimeResponse>(&v).key
     }
 
     pub async fn start_run_with(
@@ -499,10 +509,8 @@ impl TestApp {
         let resp = self.start_run_with(runtime_key, user, kind, &[]).await;
         assert_eq!(resp.status(), StatusCode::CREATED);
         let v: Value = resp.json().await.expect("json");
-        (
-            v["run_id"].as_str().expect("id").to_owned(),
-            v["run_token"].as_str().expect("token").to_owned(),
-        )
+        let run = wire::<CreateRunResponse>(&v);
+        (run.run_id, run.run_token)
     }
 
     /// A runtime "rt" for everyone and a run for `user`.
@@ -533,6 +541,7 @@ impl TestApp {
         let status = resp.status();
         let v: Value = resp.json().await.expect("json");
         assert_eq!(status, StatusCode::CREATED, "{v}");
+        wire::<CapabilityResponse>(&v);
         v
     }
 
@@ -548,12 +557,15 @@ impl TestApp {
         let status = resp.status();
         let v: Value = resp.json().await.expect("json");
         assert_eq!(status, StatusCode::OK, "{v}");
+        wire::<ExchangeResponse>(&v);
         v
     }
 
     pub async fn exchange(&self, capability: &str) -> Response {
-        self.post("/v1/exchange", None, json!({ "capability": capability }))
-            .await
+        let body = ExchangeRequest {
+            capability: capability.to_owned(),
+        };
+        self.post("/v1/exchange", None, to_json(&body)).await
     }
 
     pub async fn introspect(&self, bearer: &str, token: &str) -> Value {
@@ -561,7 +573,9 @@ impl TestApp {
             .post("/v1/introspect", Some(bearer), json!({ "token": token }))
             .await;
         assert_eq!(resp.status(), StatusCode::OK);
-        resp.json().await.expect("json")
+        let v: Value = resp.json().await.expect("json");
+        wire::<IntrospectResponse>(&v);
+        v
     }
 
     /// A run's capabilities as its runtime (`key`) reads them (`GET /v1/runs/{id}`).
@@ -790,4 +804,16 @@ impl CapabilityToken for Value {
 pub fn private(f: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+}
+
+/// `v` read as the wire type `T` the broker and the clients share: every
+/// typed endpoint helper checks that what the broker sent is that type.
+pub fn wire<T: serde::de::DeserializeOwned>(v: &Value) -> T {
+    serde_json::from_value(v.clone())
+        .unwrap_or_else(|e| panic!("the body is not a {}: {e}: {v}", std::any::type_name::<T>()))
+}
+
+/// A wire type as the JSON body a helper sends.
+pub fn to_json<T: serde::Serialize>(body: &T) -> Value {
+    serde_json::to_value(body).expect("a wire type serialises")
 }
