@@ -1838,3 +1838,78 @@ async fn admin_commands_send_the_admin_token_to_the_broker_only() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("in clear"), "{err}");
 }
+
+/// `--addr`/`TESSERA_ADDR` may be `host:port` (read as `http://host:port`, still
+/// loopback-only in clear), and an id or name that would change the request's
+/// path is refused before any request (issue 15: `--addr 127.0.0.1:8700` was a
+/// "builder error"; `runs show '../admin/runtimes'` fetched the runtime list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_address_may_be_host_port_and_ids_cannot_change_the_path() {
+    let broker = start_dev_broker().await;
+    let bare = broker.addr.trim_start_matches("http://").to_owned();
+    assert_ne!(bare, broker.addr, "the dev broker's address has a scheme");
+    for addr in [bare.clone(), bare.replace("127.0.0.1", "localhost")] {
+        let out = Command::new(BIN)
+            .args(["runtimes", "list", "--addr", &addr])
+            .env("TESSERA_ADMIN_TOKEN_FILE", broker.dir.join("admin.token"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{addr}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Not loopback: still refused in clear, before any connection.
+    let out = Command::new(BIN)
+        .args(["runtimes", "list", "--addr", "192.0.2.10:8700"])
+        .env("TESSERA_ADMIN_TOKEN_FILE", broker.dir.join("admin.token"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("in clear"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for id in [
+        "../admin/runtimes",
+        "x/../../v1/admin/keys",
+        "a?b=1",
+        "%2e%2e",
+    ] {
+        let out = cli(&broker, &["runs", "show", id, "--json"]);
+        assert!(
+            !out.status.success(),
+            "{id}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("is not an id or a name"),
+            "{id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// What `serve --dev` writes in its working folder (the database, the dev KEK,
+/// the admin token of the walk-through) is ignored by git, so `git add -A` in a
+/// clone cannot commit a secret (issue 15).
+#[test]
+fn what_serve_dev_writes_is_ignored_by_git() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for f in [
+        "tessera.db",
+        "tessera.db-wal",
+        "tessera-dev.kek",
+        "admin.token",
+        "broker/admin.token",
+    ] {
+        let status = Command::new("git")
+            .args(["check-ignore", "-q", "--no-index", f])
+            .current_dir(root)
+            .status()
+            .expect("git");
+        assert!(status.success(), "{f} is not ignored by .gitignore");
+    }
+}

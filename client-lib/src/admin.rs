@@ -9,7 +9,7 @@
 //! uses. No call is retried: an admin action (disable, rotate, end) is not
 //! repeated behind the operator's back.
 
-use crate::client::{check_transport, decode, short, transport, Transport};
+use crate::client::{broker_address, check_transport, decode, short, transport, Transport};
 use crate::error::Error;
 use crate::types::*;
 use secrecy::{ExposeSecret, SecretString};
@@ -68,7 +68,7 @@ impl AdminClientBuilder {
     }
 
     pub fn build(self) -> Result<AdminClient, Error> {
-        let base = self.base.trim_end_matches('/').to_owned();
+        let base = broker_address(&self.base);
         check_transport(&base, self.ca_pem.is_some(), self.insecure_http)?;
         let http = transport(&Transport {
             base: &base,

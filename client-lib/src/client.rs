@@ -240,6 +240,8 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client, Error> {
         let base = self
             .base
+            .as_deref()
+            .map(broker_address)
             .ok_or_else(|| Error::Config("no broker address (TESSERA_ADDR)".into()))?;
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(Error::Config(format!(
@@ -267,6 +269,18 @@ impl ClientBuilder {
                 retry: self.retry,
             }),
         })
+    }
+}
+
+/// The broker's address as given (`TESSERA_ADDR`, `--addr`): a URL, or
+/// `host:port`, read as `http://host:port` (which [`check_transport`] allows
+/// only to loopback). A trailing `/` is dropped.
+pub fn broker_address(text: &str) -> String {
+    let text = text.trim().trim_end_matches('/');
+    if text.contains("://") {
+        text.to_owned()
+    } else {
+        format!("http://{text}")
     }
 }
 
@@ -698,6 +712,19 @@ pub(crate) async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_may_be_host_port() {
+        assert_eq!(broker_address("127.0.0.1:8700"), "http://127.0.0.1:8700");
+        assert_eq!(broker_address(" localhost:8700/ "), "http://localhost:8700");
+        assert_eq!(broker_address("[::1]:8700"), "http://[::1]:8700");
+        assert_eq!(
+            broker_address("https://b.example:8700/"),
+            "https://b.example:8700"
+        );
+        // Read as http://, so the loopback rule still decides.
+        assert!(check_transport(&broker_address("192.0.2.10:8700"), false, false).is_err());
+    }
 
     #[test]
     fn the_token_goes_in_clear_only_to_loopback() {

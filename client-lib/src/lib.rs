@@ -61,7 +61,9 @@ pub mod aws;
 #[cfg(feature = "client")]
 pub use admin::{AdminClient, AdminClientBuilder};
 #[cfg(feature = "client")]
-pub use client::{check_transport, Ask, Client, ClientBuilder, RetryPolicy, RUN_TOKEN_PREFIX};
+pub use client::{
+    broker_address, check_transport, Ask, Client, ClientBuilder, RetryPolicy, RUN_TOKEN_PREFIX,
+};
 #[cfg(feature = "client")]
 pub use credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchanged};
 #[cfg(feature = "client")]
