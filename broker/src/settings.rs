@@ -25,6 +25,28 @@ pub fn err(setting: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// A file that toml cannot read as the configuration: named `FILE:LINE:COL`
+/// where toml's position says the problem is (a syntax error, an unknown or
+/// mistyped key), so an operator goes straight to it.
+pub fn file_error(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
+    let message = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let (line, col) = line_col(text, span.start);
+            err(&format!("{file}:{line}:{col}"), message)
+        }
+        None => err(file, message),
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` of `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..text.floor_char_boundary(offset.min(text.len()))];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    (line, col)
+}
+
 /// Reads an environment variable; `None` when unset or empty.
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 

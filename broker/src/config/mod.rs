@@ -21,7 +21,7 @@ pub use crate::backends::settings::BackendConfig;
 pub use crate::settings::{ConfigError, EnvLookup};
 
 use crate::grammar::{parse_duration, Rate};
-use crate::settings::{err, RawTable};
+use crate::settings::{err, file_error, RawTable};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -211,7 +211,7 @@ impl Config {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| err("--config", format!("cannot read {}: {e}", path.display())))?;
                 toml::from_str::<RawConfig>(&text)
-                    .map_err(|e| err(&path.display().to_string(), e.message().to_owned()))?
+                    .map_err(|e| file_error(&path.display().to_string(), &text, &e))?
             }
             None => RawConfig::default(),
         };
@@ -225,7 +225,7 @@ impl Config {
         env: EnvLookup<'_>,
     ) -> Result<Config, ConfigError> {
         let raw =
-            toml::from_str::<RawConfig>(text).map_err(|e| err("tessera.toml", e.message()))?;
+            toml::from_str::<RawConfig>(text).map_err(|e| file_error("tessera.toml", text, &e))?;
         Self::from_raw(raw, overrides, env)
     }
 
@@ -236,7 +236,8 @@ impl Config {
         let setting = file.display().to_string();
         let text = std::fs::read_to_string(file)
             .map_err(|e| err("--config", format!("cannot read {setting}: {e}")))?;
-        let raw = toml::from_str::<RawConfig>(&text).map_err(|e| err(&setting, e.message()))?;
+        let raw =
+            toml::from_str::<RawConfig>(&text).map_err(|e| file_error(&setting, &text, &e))?;
         Ok(PolicySettings {
             limits: resolve_limits(&raw.limits)?,
             backends: resolve_backends(raw.backends, &process_env)?,
@@ -564,6 +565,24 @@ mod tests {
         assert!(matches!(c.store, StoreUrl::Sqlite(_)));
         assert_eq!(c.listen.to_string(), "127.0.0.1:8700");
         assert!(c.backends.contains_key("svc-reports"));
+    }
+
+    /// A file that does not parse, or has a key that does not exist, is named
+    /// with the line and column where it goes wrong (issue 15: toml's position
+    /// was dropped, leaving "tessera.toml: expected ..." to be searched for).
+    #[test]
+    fn a_file_error_says_where() {
+        let o = Overrides {
+            dev: true,
+            ..Default::default()
+        };
+        let syntax = "listen = \"127.0.0.1:8700\"\n\n[limits]\nmax_ttl = \n";
+        let e = Config::from_toml(syntax, &o, &no_env).unwrap_err();
+        assert!(e.setting.starts_with("tessera.toml:4:"), "{e}");
+        let unknown = "listen = \"127.0.0.1:8700\"\n[limits]\nmax_tll = \"1h\"\n";
+        let e = Config::from_toml(unknown, &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "tessera.toml:3:1", "{e}");
+        assert!(e.message.contains("max_tll"), "{e}");
     }
 
     #[test]
