@@ -1913,3 +1913,46 @@ fn what_serve_dev_writes_is_ignored_by_git() {
         assert!(status.success(), "{f} is not ignored by .gitignore");
     }
 }
+
+/// Log settings that cannot be used stop the broker at start, naming the
+/// variable, instead of being ignored; the format's name is case-insensitive
+/// (issue 15: `TESSERA_LOG_FORMAT=JSON` and an invalid `TESSERA_LOG` were
+/// silently ignored).
+#[test]
+fn invalid_log_settings_are_errors() {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let serve = |var: &str, value: &str| {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--policy-dir"])
+            .arg(policy_dir())
+            .current_dir(&dir)
+            .env(var, value)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{var}={value}: the broker started anyway");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    };
+    for (var, value) in [
+        ("TESSERA_LOG", "info,tessera=loudest"),
+        ("TESSERA_LOG_FORMAT", "yaml"),
+    ] {
+        let out = serve(var, value);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {err}");
+        assert!(err.contains(var), "{var}={value}: {err}");
+    }
+    // Not written anywhere by a refused start.
+    assert!(!dir.join("tessera-dev.kek").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

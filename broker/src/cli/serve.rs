@@ -25,10 +25,28 @@ pub fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let json = config::process_env("TESSERA_LOG_FORMAT").as_deref() == Some("json");
+/// Starts logging as `TESSERA_LOG` (an `EnvFilter`, default `info,sqlx=warn`)
+/// and `TESSERA_LOG_FORMAT` (`text`, the default, or `json`, in any case) say.
+/// A value that cannot be used is an error: a broker whose operator asked for
+/// JSON logs and got text, or for debug and got info, has lost what they
+/// needed to see.
+fn init_logging() -> anyhow::Result<()> {
+    let filter = match config::process_env("TESSERA_LOG") {
+        Some(directives) => tracing_subscriber::EnvFilter::try_new(&directives).map_err(|e| {
+            anyhow::anyhow!("config error: TESSERA_LOG: {directives:?} is not a log filter ({e})")
+        })?,
+        None => tracing_subscriber::EnvFilter::new("info,sqlx=warn"),
+    };
+    let json = match config::process_env("TESSERA_LOG_FORMAT")
+        .map(|f| f.to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("text") => false,
+        Some("json") => true,
+        Some(other) => anyhow::bail!(
+            "config error: TESSERA_LOG_FORMAT: {other:?} is not a log format (text or json)"
+        ),
+    };
     // Colour only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
@@ -40,6 +58,7 @@ fn init_logging() {
     } else {
         let _ = builder.try_init();
     }
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -49,8 +68,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir,
         policy_dir: args.policy_dir,
     };
+    // Logging first: its settings are checked before anything is read or written.
+    init_logging()?;
     let config = Config::load(args.config.as_deref(), &overrides, &config::process_env)?;
-    init_logging();
     crate::boot::serve(config, shutdown_signal()).await
 }
 
