@@ -159,6 +159,11 @@ async fn bad_filters_are_rejected(app: TestApp) {
         "run=1%27%20OR%201=1",
         "user=a%20b",
         "event=capability.%25",
+        // Shaped like one, but no event has this name or family (issue 15:
+        // `audit tail --event nonsense` was silently empty).
+        "event=nonsense",
+        "event=capability.bogus",
+        "event=nosuch.*",
         "decision=maybe",
         "since=yesterday",
         "limit=0",
