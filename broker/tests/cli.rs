@@ -1956,3 +1956,39 @@ fn invalid_log_settings_are_errors() {
     assert!(!dir.join("tessera-dev.kek").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An ordinary conflict (a runtime name that exists) is a 409 for the caller,
+/// not a warning in the broker's log: operators alert on WARN (issue 15: it
+/// logged `WARN write batch failed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_is_not_a_warning() {
+    let broker = start_dev_broker().await;
+    let create = || {
+        cli(
+            &broker,
+            &[
+                "runtimes",
+                "create",
+                "twice",
+                "--users",
+                "*",
+                "--task-kinds",
+                "*",
+            ],
+        )
+    };
+    assert!(create().status.success());
+    let out = create();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("409"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(broker.dir.join("broker.log")).unwrap();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("write batch failed"))
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+}

@@ -454,7 +454,12 @@ async fn commit_batch(
                 AttemptError::TimedOut => StoreError::Unavailable("write batch timed out".into()),
             };
             if lost || batch.len() == 1 {
-                tracing::warn!(error = %err, ops = n, "write batch failed");
+                // A conflict is the caller's answer (409), not the store's trouble.
+                if matches!(err, StoreError::Conflict(_)) {
+                    tracing::debug!(error = %err, ops = n, "write refused: conflict");
+                } else {
+                    tracing::warn!(error = %err, ops = n, "write batch failed");
+                }
                 fail_all(batch, &err);
                 return (!lost).then_some(conn);
             }
