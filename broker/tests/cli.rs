@@ -1992,3 +1992,58 @@ async fn a_conflict_is_not_a_warning() {
         .collect();
     assert!(warnings.is_empty(), "{warnings:#?}");
 }
+
+/// `runtimes list` says which runtimes are disabled, and `runs show` lists the
+/// run's leases as well as its capabilities (issue 15: a disabled runtime read
+/// as live; leases were not shown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_show_states_and_leases() {
+    let broker = start_dev_broker().await;
+    assert!(cli(
+        &broker,
+        &[
+            "runtimes",
+            "create",
+            "gone",
+            "--users",
+            "*",
+            "--task-kinds",
+            "*"
+        ]
+    )
+    .status
+    .success());
+    assert!(cli(&broker, &["runtimes", "disable", "gone"])
+        .status
+        .success());
+    let list = stdout_of(&cli(&broker, &["runtimes", "list"]));
+    let header = list.lines().next().unwrap_or_default();
+    assert!(header.contains("DISABLED_AT"), "{list}");
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("gone "))
+        .expect("the runtime's row");
+    assert!(
+        !row.trim_end().ends_with('-'),
+        "disabled_at is shown: {list}"
+    );
+
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let out = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--token",
+            "read=svc-reports:reports/2026/q1.csv",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = stdout_of(&cli(&broker, &["runs", "show", &run_id]));
+    assert!(shown.contains("LEASE_ID"), "{shown}");
+}

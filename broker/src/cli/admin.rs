@@ -48,7 +48,14 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 &remote,
                 &v,
                 "runtimes",
-                &["name", "id", "users", "task_kinds", "created_at"],
+                &[
+                    "name",
+                    "id",
+                    "users",
+                    "task_kinds",
+                    "created_at",
+                    "disabled_at",
+                ],
             );
         }
         Command::Runtimes(RuntimesCommand::Disable { name, remote }) => {
@@ -153,6 +160,20 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                         "state",
                         "uses_left",
                         "expires_at",
+                    ],
+                );
+                println!();
+                print_table(
+                    &remote,
+                    &v,
+                    "leases",
+                    &[
+                        "lease_id",
+                        "capability_id",
+                        "backend",
+                        "kind",
+                        "expires_at",
+                        "revoked_at",
                     ],
                 );
             }
