@@ -305,7 +305,10 @@ async fn cli_errors_are_clear() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the broker"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach the broker"), "{err}");
+    // With its cause, not only reqwest's "error sending request" (issue 15).
+    assert!(err.to_lowercase().contains("connection refused"), "{err}");
     // Bad token against a live broker.
     let broker = start_dev_broker().await;
     let out = Command::new(BIN)

@@ -667,11 +667,24 @@ enum Bearer {
     None,
 }
 
-/// reqwest's error text without the URL's query (never holds a token here, but
-/// keep it short).
+/// reqwest's error with its causes (the OS's "Connection refused", a TLS
+/// alert, a DNS failure), not only its own "error sending request", kept
+/// short. No part of a request's body or headers is in these texts.
 pub(crate) fn short(e: &reqwest::Error) -> String {
-    let mut s = e.to_string();
-    s.truncate(200);
+    let mut parts = vec![e.to_string()];
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cause = c.source();
+    }
+    let mut s = parts.join(": ");
+    if s.len() > 300 {
+        let end = s.floor_char_boundary(300);
+        s.truncate(end);
+    }
     s
 }
 
