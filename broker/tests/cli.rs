@@ -2050,3 +2050,40 @@ async fn lists_show_states_and_leases() {
     let shown = stdout_of(&cli(&broker, &["runs", "show", &run_id]));
     assert!(shown.contains("LEASE_ID"), "{shown}");
 }
+
+/// `runs list` pages: with more runs than `--limit`, it says how to ask for the
+/// next page (on stderr, so stdout stays the table), and `--after` asks for it
+/// (issue 15: the API returned `next_cursor` but the CLI had no way to use it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_list_pages() {
+    let broker = start_dev_broker().await;
+    let (first, _) = sandbox_run(&broker).await;
+    let (second, _) = sandbox_run(&broker).await;
+    let out = cli(&broker, &["runs", "list", "--limit", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page1 = stdout_of(&out);
+    assert!(
+        page1.contains(&first) && !page1.contains(&second),
+        "{page1}"
+    );
+    let hint = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(hint.contains(&format!("--after {first}")), "{hint}");
+    let out = cli(
+        &broker,
+        &["runs", "list", "--limit", "1", "--after", &first],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page2 = stdout_of(&out);
+    assert!(
+        page2.contains(&second) && !page2.contains(&first),
+        "{page2}"
+    );
+}

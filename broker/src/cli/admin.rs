@@ -81,16 +81,21 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             user,
             state,
             limit,
+            after,
             remote,
         }) => {
             let query = RunListQuery {
                 runtime,
                 user,
                 state: Some(state),
-                after: None,
+                after,
                 limit: Some(limit),
             };
             let v = admin(&remote)?.runs(&query).await.map_err(said)?;
+            if let (Some(next), false) = (&v.next_cursor, remote.json) {
+                // On stderr: stdout stays the table a script reads.
+                eprintln!("tessera: more runs follow: tessera runs list --after {next} …");
+            }
             print_table(
                 &remote,
                 &v,

@@ -161,9 +161,12 @@ pub enum RunsCommand {
         /// open, ended or all.
         #[arg(long, default_value = "open")]
         state: String,
-        /// At most this many runs.
+        /// At most this many runs (1-1000).
         #[arg(long, default_value_t = 100)]
         limit: i64,
+        /// The next page: runs after this run id (the list says it when there are more).
+        #[arg(long)]
+        after: Option<String>,
         #[command(flatten)]
         remote: Remote,
     },
