@@ -315,11 +315,11 @@ pub(crate) fn transport(t: &Transport<'_>) -> Result<reqwest::Client, Error> {
     let roots = match (t.ca_pem, t.base.starts_with("https://")) {
         (Some(pem), _) => roots(pem)?,
         (None, false) => rustls::RootCertStore::empty(),
-        (None, true) => {
-            return Err(Error::Config(
-                "an https:// broker needs the CA certificate (TESSERA_CA_FILE or ca_pem)".into(),
-            ))
-        }
+        (None, true) => return Err(Error::Config(
+            "an https:// broker needs its CA certificate: TESSERA_CA_FILE (the CLI's --ca-file, \
+                 the library's ca_pem)"
+                .into(),
+        )),
     };
     http.use_preconfigured_tls(tls_config(roots)?)
         .build()

@@ -68,9 +68,6 @@ pub fn said(e: Error) -> anyhow::Error {
             message,
             ..
         } => anyhow::anyhow!("{message}"),
-        Error::Config(message) if message.contains("ca_pem") => {
-            anyhow::anyhow!("an https:// broker address needs TESSERA_CA_FILE or --ca-file")
-        }
         other => anyhow::anyhow!("{other}"),
     }
 }
