@@ -5,9 +5,10 @@
 //! policy (an invalid policy stops the start with file:line:col) → admin
 //! token → store, keys, backends (`App::build`) → background jobs → listen →
 //! serve until `shutdown` → stop the jobs (claimed work finished or handed
-//! back, a final checkpoint). In `--dev` everything missing is generated: the
-//! SQLite file and KEK in the data directory, the admin token shown once (or
-//! written to `TESSERA_ADMIN_TOKEN_FILE` when that file does not exist yet).
+//! back, a final checkpoint). In `--dev` everything missing is generated in the
+//! data directory (`tessera-dev/` by default): the SQLite file, the KEK, the
+//! admin token file (or `TESSERA_ADMIN_TOKEN_FILE` when that file does not
+//! exist yet) and, when there is no policy folder, the example policy.
 
 use crate::app::App;
 use crate::clock::Clock;
@@ -20,6 +21,10 @@ use secrecy::ExposeSecret;
 use std::future::Future;
 use std::io::Write;
 use std::path::Path;
+
+/// Set by `tessera serve` when its logs are JSON: what the boot prints for
+/// people then goes out as log events too.
+pub static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Boots a broker with `config` and serves until `shutdown` resolves.
 pub async fn serve(
@@ -40,17 +45,36 @@ pub async fn serve(
     if config.dev {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+        if config.embedded_policy {
+            crate::policy::example::write_if_missing(&config.policy_dir)?;
+            tracing::info!(policy_dir = %config.policy_dir.display(),
+                "no policy folder here: running the example policy built into the binary");
+        }
     }
     if let crate::config::StoreUrl::Sqlite(path) = &config.store {
         create_private_file(path)?;
     }
-    let kek = load_kek(&config)?;
-    let policy = PolicyEngine::load_dir(&config.policy_dir).map_err(|e| {
-        anyhow::anyhow!("policy in {} is invalid:\n{e}", config.policy_dir.display())
-    })?;
-    let admin = admin_token_hash(&config)?;
+    // The key, the policy and the admin token are each checked, and every
+    // problem is reported at once rather than one per restart.
+    let kek = load_kek(&config);
+    let policy = PolicyEngine::load_dir(&config.policy_dir)
+        .map_err(|e| anyhow::anyhow!("policy in {} is invalid:\n{e}", config.policy_dir.display()));
+    let admin = admin_token_hash(&config);
+    let (kek, policy, admin) = match (kek, policy, admin) {
+        (Ok(kek), Ok(policy), Ok(admin)) => (kek, policy, admin),
+        (kek, policy, admin) => {
+            let problems: Vec<String> = [kek.err(), policy.err(), admin.err()]
+                .into_iter()
+                .flatten()
+                .map(|e| format!("{e:#}"))
+                .collect();
+            bail!("{}", problems.join("\n"));
+        }
+    };
     let listen = config.listen;
     let clock = Clock::new();
+    let policy_sha256 = crate::policy_reload::fingerprint(&config.policy_dir);
+    let policies = policy.policy_count();
     let app = App::build(config, kek, policy, admin, clock).await?;
     let jobs = crate::jobs::start(&app);
 
@@ -62,11 +86,58 @@ pub async fn serve(
         Some(tls) => Some(crate::server::tls_config(tls)?),
         None => None,
     };
-    tracing::info!(addr = %listener.local_addr()?, store = ?app.config.store, tls = tls.is_some(),
-        mtls = app.config.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()), "tessera listening");
+    let addr = listener.local_addr()?;
+    let c = &app.config;
+    let backends: Vec<String> = c
+        .backends
+        .iter()
+        .map(|(name, b)| format!("{name}({})", b.kind()))
+        .collect();
+    // One line that says what this broker is: where it listens, what it stores
+    // in, which policy set it enforces and what it can hand out.
+    tracing::info!(
+        %addr,
+        store = ?c.store,
+        policy_dir = %c.policy_dir.display(),
+        policies,
+        policy_sha256 = %policy_sha256.get(..12).unwrap_or(&policy_sha256),
+        backends = %backends.join(","),
+        tls = tls.is_some(),
+        mtls = c.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
+        dev = c.dev,
+        "tessera listening"
+    );
+    if c.dev {
+        dev_exports(addr, tls.is_some(), c.admin_token_file.as_deref());
+    }
     crate::server::serve(listener, router, app.config.http.clone(), tls, shutdown).await?;
     jobs.stop().await;
     Ok(())
+}
+
+/// What a `--dev` user pastes into another shell to use the CLI against this
+/// broker: printed as shell lines on stderr, or as one log event when logs are
+/// JSON (so a collector never gets a line that is not JSON).
+fn dev_exports(addr: std::net::SocketAddr, tls: bool, token_file: Option<&Path>) {
+    let scheme = if tls { "https" } else { "http" };
+    let addr_line = format!("export TESSERA_ADDR={scheme}://{addr}");
+    let token_line = token_file.map(|f| {
+        let abs = std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf());
+        format!("export TESSERA_ADMIN_TOKEN_FILE={}", abs.display())
+    });
+    if JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
+        tracing::info!(exports = %[Some(addr_line), token_line].into_iter().flatten()
+            .collect::<Vec<_>>().join("; "), "development broker: set these to use the CLI");
+        return;
+    }
+    let mut text = format!(
+        "\ntessera: development broker. To use the CLI from another shell:\n\n    {addr_line}\n"
+    );
+    if let Some(line) = token_line {
+        text.push_str(&format!("    {line}\n"));
+    }
+    text.push_str("\nThe store, key and token are in the data directory; never use --dev for real credentials.\n");
+    eprintln!("{text}");
 }
 
 /// Writes a secret file readable only by its owner.
@@ -163,16 +234,7 @@ fn admin_token_hash(config: &Config) -> anyhow::Result<Option<String>> {
         }
         let token = new_secret(ADMIN_TOKEN_PREFIX);
         write_private(path, token.expose_secret())?;
-        eprintln!("tessera: admin token written to {}", path.display());
-        return Ok(Some(secret_hash(&token)));
-    }
-    if config.dev {
-        let token = new_secret(ADMIN_TOKEN_PREFIX);
-        // Shown once, on the terminal of the person who started the dev broker.
-        eprintln!(
-            "tessera: development admin token (shown once): {}",
-            token.expose_secret()
-        );
+        tracing::info!(path = %path.display(), "generated a development admin token (mode 0600)");
         return Ok(Some(secret_hash(&token)));
     }
     tracing::warn!("no admin token configured: the admin API is disabled");

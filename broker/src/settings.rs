@@ -17,6 +17,120 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// Every problem one reading of the configuration found, in the order the
+/// settings are resolved: an operator fixes them all before the next start
+/// instead of meeting them one restart at a time.
+#[derive(Debug)]
+pub struct ConfigErrors(Vec<ConfigError>);
+
+impl ConfigErrors {
+    /// The problems found; never empty.
+    pub fn errors(&self) -> &[ConfigError] {
+        &self.0
+    }
+
+    /// Names each problem that is about a key written in `text` (the file
+    /// `file`) by its place, `FILE:LINE:COL: setting`. A setting that comes from
+    /// the environment or from no key at all keeps its bare name.
+    pub fn locate(mut self, file: &str, text: &str) -> Self {
+        let Ok(doc) = toml_edit::ImDocument::parse(text) else {
+            return self;
+        };
+        for e in &mut self.0 {
+            if let Some(offset) = key_offset(&doc, &e.setting) {
+                let (line, col) = line_col(text, offset);
+                e.setting = format!("{file}:{line}:{col}: {}", e.setting);
+            }
+        }
+        self
+    }
+}
+
+/// Where the value of dotted `setting` (`limits.max_uses`, `backends.b`) is
+/// written; for a key that is missing (`backends.b.audience: required`), where
+/// the table that lacks it is. `None` when no part of it is in the file.
+fn key_offset(doc: &toml_edit::ImDocument<&str>, setting: &str) -> Option<usize> {
+    if setting.contains(':') || setting.contains(' ') {
+        return None;
+    }
+    let mut item = doc.as_item();
+    let mut found = None;
+    for segment in setting.split('.') {
+        match item.get(segment) {
+            Some(next) => {
+                item = next;
+                found = item.span().map(|s| s.start).or(found);
+            }
+            None => break,
+        }
+    }
+    found
+}
+
+/// The first problem: what callers that report one error show.
+impl std::ops::Deref for ConfigErrors {
+    type Target = ConfigError;
+    fn deref(&self) -> &ConfigError {
+        &self.0[0]
+    }
+}
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(e: ConfigError) -> Self {
+        ConfigErrors(vec![e])
+    }
+}
+
+impl From<Vec<ConfigError>> for ConfigErrors {
+    /// `errors` must not be empty.
+    fn from(errors: Vec<ConfigError>) -> Self {
+        assert!(!errors.is_empty(), "ConfigErrors needs at least one error");
+        ConfigErrors(errors)
+    }
+}
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let [one] = self.0.as_slice() {
+            return write!(f, "{one}");
+        }
+        write!(f, "{} configuration errors:", self.0.len())?;
+        for e in &self.0 {
+            write!(f, "\n  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Collects the problems of settings resolved one after another: each result
+/// is kept if good and recorded if not, so the next setting is still checked.
+#[derive(Debug, Default)]
+pub struct Problems(Vec<ConfigError>);
+
+impl Problems {
+    /// `r`'s value, or `None` after recording its error.
+    pub fn take<T>(&mut self, r: Result<T, ConfigError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.0.push(e);
+                None
+            }
+        }
+    }
+
+    /// `Ok(())` when nothing was recorded.
+    pub fn finish(self) -> Result<(), ConfigErrors> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors(self.0))
+        }
+    }
+}
+
 /// A [`ConfigError`] for `setting`.
 pub fn err(setting: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {

@@ -70,7 +70,9 @@ async fn start_dev_broker_with(dir: PathBuf, config: Option<&str>, env: &[(&str,
     let addr = format!("127.0.0.1:{}", free_port());
     let mut cmd = Command::new(BIN);
     cmd.envs(env.iter().copied());
-    cmd.args(["serve", "--dev", "--listen", &addr, "--policy-dir"])
+    cmd.args(["serve", "--dev", "--listen", &addr, "--data-dir"])
+        .arg(&dir)
+        .arg("--policy-dir")
         .arg(policy_dir());
     if let Some(text) = config {
         std::fs::write(dir.join("tessera.toml"), text).unwrap();

@@ -19,7 +19,13 @@ pub fn run(args: ServeArgs) -> ExitCode {
     match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tessera: {e:#}");
+            if crate::boot::JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
+                // JSON from the first line to the last: a collector parses the
+                // reason a start failed like any other event.
+                tracing::error!(error = %format!("{e:#}"), "tessera cannot start");
+            } else {
+                eprintln!("tessera: {e:#}");
+            }
             ExitCode::from(2)
         }
     }
@@ -54,6 +60,7 @@ fn init_logging() -> anyhow::Result<()> {
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if json {
+        crate::boot::JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = builder.json().try_init();
     } else {
         let _ = builder.try_init();

@@ -18,10 +18,10 @@ pub use http::{AllowedHosts, HttpConfig};
 // Owned by the backend kinds and the settings leaf; named here too because the
 // configuration is where callers look for them.
 pub use crate::backends::settings::BackendConfig;
-pub use crate::settings::{ConfigError, EnvLookup};
+pub use crate::settings::{ConfigError, ConfigErrors, EnvLookup};
 
 use crate::grammar::{parse_duration, Rate};
-use crate::settings::{err, file_error, RawTable};
+use crate::settings::{err, file_error, Problems, RawTable};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -160,6 +160,9 @@ pub struct Config {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub policy_dir: PathBuf,
+    /// `--dev` with no policy folder: `policy_dir` is in the data directory and
+    /// gets the built-in example policy if it does not exist yet.
+    pub embedded_policy: bool,
     /// How often the policy directory is checked for changes; `None`: never
     /// (reload then happens only on SIGHUP or the admin API).
     pub policy_watch_interval: Option<Duration>,
@@ -194,124 +197,175 @@ pub struct Overrides {
     pub policy_dir: Option<PathBuf>,
 }
 
+/// Where the broker listens when nothing says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
+
+/// `--dev`'s data directory when none is named: one folder for the SQLite file,
+/// the KEK, the admin token and checkpoints (ignored by the repository's
+/// `.gitignore`), so a dev broker leaves nothing else behind.
+pub const DEV_DATA_DIR: &str = "tessera-dev";
+
 pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
 impl Config {
     /// Loads `file` (if given; in `--dev` a missing file is fine) and applies
-    /// environment and command-line overrides, then validates everything.
+    /// environment and command-line overrides, then validates everything. Every
+    /// problem is reported at once, each at its `FILE:LINE:COL` when it is a key
+    /// of the file.
     pub fn load(
         file: Option<&Path>,
         overrides: &Overrides,
         env: EnvLookup<'_>,
-    ) -> Result<Config, ConfigError> {
-        let raw = match file {
+    ) -> Result<Config, ConfigErrors> {
+        match file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| err("--config", format!("cannot read {}: {e}", path.display())))?;
-                toml::from_str::<RawConfig>(&text)
-                    .map_err(|e| file_error(&path.display().to_string(), &text, &e))?
+                Self::from_named_toml(&path.display().to_string(), &text, overrides, env)
             }
-            None => RawConfig::default(),
-        };
-        Self::from_raw(raw, overrides, env)
+            None => Self::from_raw(RawConfig::default(), overrides, env),
+        }
     }
 
-    /// Parses configuration text (for tests and `policy check`).
+    /// Parses configuration text (for tests and `policy check`), named `tessera.toml`.
     pub fn from_toml(
         text: &str,
         overrides: &Overrides,
         env: EnvLookup<'_>,
-    ) -> Result<Config, ConfigError> {
-        let raw =
-            toml::from_str::<RawConfig>(text).map_err(|e| file_error("tessera.toml", text, &e))?;
-        Self::from_raw(raw, overrides, env)
+    ) -> Result<Config, ConfigErrors> {
+        Self::from_named_toml("tessera.toml", text, overrides, env)
+    }
+
+    fn from_named_toml(
+        file: &str,
+        text: &str,
+        overrides: &Overrides,
+        env: EnvLookup<'_>,
+    ) -> Result<Config, ConfigErrors> {
+        let raw = toml::from_str::<RawConfig>(text).map_err(|e| file_error(file, text, &e))?;
+        Self::from_raw(raw, overrides, env).map_err(|e| e.locate(file, text))
     }
 
     /// Reads only what the policy tools need from `file`: `[limits]` and `[backends]`
     /// (unknown keys anywhere are still errors). No environment, store or key is
     /// consulted, so `tessera policy` runs on a machine that holds none of them.
-    pub fn load_policy_settings(file: &Path) -> Result<PolicySettings, ConfigError> {
+    pub fn load_policy_settings(file: &Path) -> Result<PolicySettings, ConfigErrors> {
         let setting = file.display().to_string();
         let text = std::fs::read_to_string(file)
             .map_err(|e| err("--config", format!("cannot read {setting}: {e}")))?;
         let raw =
             toml::from_str::<RawConfig>(&text).map_err(|e| file_error(&setting, &text, &e))?;
+        let mut p = Problems::default();
+        let limits = p.take(resolve_limits(&raw.limits));
+        let backends = p.take(resolve_backends(raw.backends, &process_env));
+        p.finish().map_err(|e| e.locate(&setting, &text))?;
         Ok(PolicySettings {
-            limits: resolve_limits(&raw.limits)?,
-            backends: resolve_backends(raw.backends, &process_env)?,
+            limits: limits.unwrap_or_default(),
+            backends: backends.unwrap_or_default(),
         })
     }
 
-    fn from_raw(raw: RawConfig, o: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+    /// Resolves every setting, recording each problem and going on with a
+    /// placeholder, so one start reports them all.
+    fn from_raw(raw: RawConfig, o: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigErrors> {
+        let mut p = Problems::default();
         let listen_text = o
             .listen
             .clone()
             .or_else(|| env("TESSERA_LISTEN"))
             .or(raw.listen)
-            .unwrap_or_else(|| "127.0.0.1:8700".to_owned());
-        let listen = listen_text
-            .parse()
-            .map_err(|_| err("listen", format!("not an address:port: {listen_text:?}")))?;
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+        let listen: SocketAddr = p
+            .take(
+                listen_text
+                    .parse()
+                    .map_err(|_| err("listen", format!("not an address:port: {listen_text:?}"))),
+            )
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8700)));
         let data_dir = o
             .data_dir
             .clone()
             .or_else(|| env("TESSERA_DATA_DIR").map(PathBuf::from))
             .or(raw.data_dir)
-            .unwrap_or_else(|| PathBuf::from("."));
+            .unwrap_or_else(|| PathBuf::from(if o.dev { DEV_DATA_DIR } else { "." }));
         let policy_dir = o
             .policy_dir
             .clone()
             .or_else(|| env("TESSERA_POLICY_DIR").map(PathBuf::from))
-            .or(raw.policy_dir)
-            .unwrap_or_else(|| PathBuf::from("policy"));
+            .or(raw.policy_dir);
+        // `--dev` outside a checkout (no `policy/` here, none named) runs the
+        // example policy that ships inside the binary, written once to the data
+        // directory so it can be read, edited and reloaded.
+        let embedded_policy = o.dev && policy_dir.is_none() && !Path::new("policy").is_dir();
+        let policy_dir = match policy_dir {
+            Some(dir) => dir,
+            None if embedded_policy => data_dir.join("policy"),
+            None => PathBuf::from("policy"),
+        };
         let policy_watch_interval = match raw.policy_watch_interval.as_deref() {
             Some("off") => None,
-            other => Some(interval_setting(
+            other => p.take(interval_setting(
                 "policy_watch_interval",
                 other,
                 Duration::from_secs(2),
-            )?),
+            )),
         };
-        let expiry_sweep_interval = interval_setting(
-            "expiry_sweep_interval",
-            raw.expiry_sweep_interval.as_deref(),
-            Duration::from_secs(5),
-        )?;
+        let expiry_sweep_interval = p
+            .take(interval_setting(
+                "expiry_sweep_interval",
+                raw.expiry_sweep_interval.as_deref(),
+                Duration::from_secs(5),
+            ))
+            .unwrap_or_default();
         let issuer = env("TESSERA_ISSUER")
             .or(raw.issuer)
             .unwrap_or_else(|| "tessera".to_owned());
         if issuer.is_empty() || issuer.len() > 256 || issuer.chars().any(char::is_control) {
-            return Err(err("issuer", "must be 1-256 printable characters"));
+            p.take::<()>(Err(err("issuer", "must be 1-256 printable characters")));
         }
 
-        let store = resolve_store(&raw.store, o.dev, &data_dir, env)?;
+        let store = p.take(resolve_store(&raw.store, o.dev, &data_dir, env));
         let max_connections = raw.store.max_connections.unwrap_or(8);
         if !(1..=256).contains(&max_connections) {
-            return Err(err("store.max_connections", "must be between 1 and 256"));
+            p.take::<()>(Err(err(
+                "store.max_connections",
+                "must be between 1 and 256",
+            )));
         }
         let kek_file = env("TESSERA_KEK_FILE")
             .map(PathBuf::from)
             .or(raw.keys.kek_file);
         if !o.dev && kek_file.is_none() && env("TESSERA_KEK").is_none() {
-            return Err(err(
+            p.take::<()>(Err(err(
                 "keys.kek_file",
                 "no key-encryption key: set keys.kek_file, TESSERA_KEK_FILE or TESSERA_KEK (or run with --dev)",
-            ));
+            )));
         }
         let admin_token_file = env("TESSERA_ADMIN_TOKEN_FILE")
             .map(PathBuf::from)
-            .or(raw.admin.token_file);
+            .or(raw.admin.token_file)
+            .or_else(|| o.dev.then(|| data_dir.join("admin.token")));
 
-        let limits = resolve_limits(&raw.limits)?;
-        let tls = resolve_tls(raw.tls, env)?;
-        let mut http = http::resolve(raw.http, listen)?;
-        let audit = audit::resolve(raw.audit, o.dev, &data_dir)?;
-        let mut backends = resolve_backends(raw.backends, env)?;
-        for (name, b) in backends.iter_mut() {
-            b.resolve_credentials(&format!("backends.{name}"), env)?;
+        let limits = p.take(resolve_limits(&raw.limits)).unwrap_or_default();
+        let tls = p.take(resolve_tls(raw.tls, env)).flatten();
+        let http = p.take(http::resolve(raw.http, listen));
+        let audit = p.take(audit::resolve(raw.audit, o.dev, &data_dir));
+        let mut backends = BTreeMap::new();
+        for (name, table) in raw.backends {
+            let setting = format!("backends.{name}");
+            let Some(mut b) = p.take(resolve_backend(&name, table, env)) else {
+                continue;
+            };
+            if p.take(b.resolve_credentials(&setting, env)).is_some() {
+                backends.insert(name, b);
+            }
         }
+        p.finish()?;
+        let (Some(store), Some(mut http), Some(audit)) = (store, http, audit) else {
+            unreachable!("a setting without a value recorded a problem");
+        };
         // The pools' descriptors are kept out of the connection cap.
         http.reserved_fds = u64::from(max_connections)
             + backends
@@ -333,6 +387,7 @@ impl Config {
             listen,
             data_dir,
             policy_dir,
+            embedded_policy,
             policy_watch_interval,
             expiry_sweep_interval,
             issuer,
@@ -529,18 +584,24 @@ fn resolve_backends(
     raw: BTreeMap<String, RawTable>,
     env: EnvLookup<'_>,
 ) -> Result<BTreeMap<String, BackendConfig>, ConfigError> {
-    let mut backends = BTreeMap::new();
-    for (name, b) in raw {
-        let setting = format!("backends.{name}");
-        if !crate::resource::is_backend_name(&name) {
-            return Err(err(
-                &setting,
-                "backend names are 1-63 of [a-z0-9-], starting with a letter",
-            ));
-        }
-        backends.insert(name, BackendConfig::resolve(&setting, b, env)?);
+    raw.into_iter()
+        .map(|(name, table)| Ok((name.clone(), resolve_backend(&name, table, env)?)))
+        .collect()
+}
+
+fn resolve_backend(
+    name: &str,
+    table: RawTable,
+    env: EnvLookup<'_>,
+) -> Result<BackendConfig, ConfigError> {
+    let setting = format!("backends.{name}");
+    if !crate::resource::is_backend_name(name) {
+        return Err(err(
+            &setting,
+            "backend names are 1-63 of [a-z0-9-], starting with a letter",
+        ));
     }
-    Ok(backends)
+    BackendConfig::resolve(&setting, table, env)
 }
 
 #[cfg(test)]
@@ -585,6 +646,31 @@ mod tests {
         assert!(e.message.contains("max_tll"), "{e}");
     }
 
+    /// Every problem in one reading is reported together, each where it is
+    /// written (issue 15: the store, then the KEK, then the AWS credentials came
+    /// one per restart, and a bad value in the file had no line).
+    #[test]
+    fn every_error_is_reported_at_once_with_its_place() {
+        let text = "listen = \"nowhere\"\n\n[limits]\nmax_uses = 0\n\n\
+                    [backends.aws-main]\nkind = \"aws-sts\"\nregion = \"eu-west-1\"\n\
+                    role_arn = \"arn:aws:iam::123456789012:role/x\"\n";
+        let e = Config::from_toml(text, &Overrides::default(), &no_env).unwrap_err();
+        let all = e.to_string();
+        let settings: Vec<&str> = e.errors().iter().map(|e| e.setting.as_str()).collect();
+        assert_eq!(
+            settings,
+            [
+                "tessera.toml:1:10: listen",
+                "store",
+                "keys.kek_file",
+                "tessera.toml:4:12: limits.max_uses",
+                "tessera.toml:6:1: backends.aws-main",
+            ],
+            "{all}"
+        );
+        assert_eq!(all.lines().count(), 6, "a count, then one line each: {all}");
+    }
+
     #[test]
     fn errors_name_the_setting() {
         let o = Overrides {
@@ -593,13 +679,13 @@ mod tests {
         };
         let e =
             Config::from_toml("[limits]\nmax_capability_ttl = \"5x\"", &o, &no_env).unwrap_err();
-        assert_eq!(e.setting, "limits.max_capability_ttl");
+        assert_eq!(e.setting, "tessera.toml:2:22: limits.max_capability_ttl");
         let e = Config::from_toml("[backends.b]\nkind = \"nope\"", &o, &no_env).unwrap_err();
-        assert_eq!(e.setting, "backends.b.kind");
+        assert_eq!(e.setting, "tessera.toml:2:8: backends.b.kind");
         let e = Config::from_toml("[backends.b]\nkind = \"token\"", &o, &no_env).unwrap_err();
-        assert_eq!(e.setting, "backends.b.audience");
+        assert_eq!(e.setting, "tessera.toml:1:1: backends.b.audience");
         let e = Config::from_toml("listen = \"nowhere\"", &o, &no_env).unwrap_err();
-        assert_eq!(e.setting, "listen");
+        assert_eq!(e.setting, "tessera.toml:1:10: listen");
         let e = Config::from_toml("bogus = 1", &o, &no_env).unwrap_err();
         assert!(e.message.contains("bogus"), "{e}");
     }
@@ -616,9 +702,9 @@ mod tests {
         let c = Config::from_toml("policy_watch_interval = \"off\"", &o, &no_env).unwrap();
         assert_eq!(c.policy_watch_interval, None);
         let e = Config::from_toml("policy_watch_interval = \"2h\"", &o, &no_env).unwrap_err();
-        assert_eq!(e.setting, "policy_watch_interval");
+        assert_eq!(e.setting, "tessera.toml:1:25: policy_watch_interval");
         let e = Config::from_toml("expiry_sweep_interval = \"soon\"", &o, &no_env).unwrap_err();
-        assert_eq!(e.setting, "expiry_sweep_interval");
+        assert_eq!(e.setting, "tessera.toml:1:25: expiry_sweep_interval");
     }
 
     #[test]
@@ -637,9 +723,9 @@ mod tests {
             ..Default::default()
         };
         let e = Config::from_toml("[tls]\ncert_file = \"c.pem\"", &o, &no_env).unwrap_err();
-        assert_eq!(e.setting, "tls.key_file");
+        assert_eq!(e.setting, "tessera.toml:1:1: tls.key_file");
         let e = Config::from_toml("[tls]\nclient_ca_file = \"ca.pem\"", &o, &no_env).unwrap_err();
-        assert_eq!(e.setting, "tls.client_ca_file");
+        assert_eq!(e.setting, "tessera.toml:2:18: tls.client_ca_file");
         let c = Config::from_toml(
             "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\nclient_ca_file = \"ca.pem\"",
             &o,
@@ -678,7 +764,10 @@ mod tests {
         assert!(e.message.contains("max_usess"), "{e}");
         std::fs::write(&file, "[backends.svc]\nkind = \"token\"\n").unwrap();
         let e = Config::load_policy_settings(&file).unwrap_err();
-        assert_eq!(e.setting, "backends.svc.audience");
+        assert_eq!(
+            e.setting,
+            format!("{}:1:1: backends.svc.audience", file.display())
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -770,7 +859,10 @@ mod tests {
             ),
         ] {
             let e = Config::from_toml(&format!("[backends.b]\n{text}"), &o, &env).unwrap_err();
-            assert_eq!(e.setting, setting, "{text}: {e}");
+            // Placed in the file when the setting is a key there (the table's
+            // header for the table itself).
+            let bare = e.setting.rsplit(": ").next().unwrap_or_default();
+            assert_eq!(bare, setting, "{text}: {e}");
             assert!(!e.to_string().contains("s3cret"), "{e}");
         }
     }

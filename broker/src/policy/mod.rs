@@ -18,6 +18,7 @@ mod assemble;
 pub mod cases;
 mod context;
 pub mod effective;
+pub mod example;
 pub mod explain;
 mod glob;
 mod lint;
