@@ -158,6 +158,12 @@ impl AdminClient {
         .await
     }
 
+    /// `GET /readyz`: `ready`, or [`Error::Unavailable`] with the broker's code
+    /// when its store does not answer.
+    pub async fn ready(&self) -> Result<crate::types::HealthResponse, Error> {
+        self.get("/readyz").await
+    }
+
     /// `GET /v1/admin/runtimes`.
     pub async fn runtimes(&self) -> Result<RuntimeList, Error> {
         self.get("/v1/admin/runtimes").await

@@ -195,7 +195,8 @@ impl ClientBuilder {
         Ok(self.run_token(token?))
     }
 
-    /// PEM certificates of the CA that signed the broker's TLS certificate.
+    /// PEM certificates of the CA that signed the broker's TLS certificate
+    /// (without them, an `https://` broker is verified against the system's roots).
     pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.ca_pem = Some(pem.into());
         self
@@ -315,11 +316,7 @@ pub(crate) fn transport(t: &Transport<'_>) -> Result<reqwest::Client, Error> {
     let roots = match (t.ca_pem, t.base.starts_with("https://")) {
         (Some(pem), _) => roots(pem)?,
         (None, false) => rustls::RootCertStore::empty(),
-        (None, true) => return Err(Error::Config(
-            "an https:// broker needs its CA certificate: TESSERA_CA_FILE (the CLI's --ca-file, \
-                 the library's ca_pem)"
-                .into(),
-        )),
+        (None, true) => system_roots()?,
     };
     http.use_preconfigured_tls(tls_config(roots)?)
         .build()
@@ -368,6 +365,23 @@ pub fn check_transport(base: &str, has_ca: bool, insecure_http: bool) -> Result<
          TESSERA_INSECURE_HTTP=1 to accept that anyone on the path reads it",
         url.host_str().unwrap_or("?")
     )))
+}
+
+/// The system's trust store (or the file `SSL_CERT_FILE` names), for an
+/// `https://` broker whose certificate a public or company-wide CA signed.
+fn system_roots() -> Result<rustls::RootCertStore, Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return Err(Error::Config(
+            "an https:// broker: no CA given and the system has no root certificates; give the \
+             broker's CA certificate: TESSERA_CA_FILE (the CLI's --ca-file, the library's ca_pem)"
+                .into(),
+        ));
+    }
+    Ok(roots)
 }
 
 fn roots(pem: &[u8]) -> Result<rustls::RootCertStore, Error> {
@@ -443,7 +457,7 @@ impl Client {
     /// - the run token from `TESSERA_RUN_TOKEN_FILE` (a path) or
     ///   `TESSERA_RUN_TOKEN_FD` (a descriptor number inherited from the runtime);
     ///   `TESSERA_RUN_TOKEN` (the token itself) only with `TESSERA_ALLOW_TOKEN_ENV=1`;
-    /// - `TESSERA_CA_FILE`: the CA of an `https://` broker;
+    /// - `TESSERA_CA_FILE`: the CA of an `https://` broker (without it, the system's roots);
     /// - `TESSERA_USE_PROXY=1`: use the proxy variables (off by default);
     /// - `TESSERA_INSECURE_HTTP=1`: allow `http://` to a host off this machine.
     pub fn from_env() -> Result<Client, Error> {

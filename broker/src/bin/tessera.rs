@@ -10,5 +10,8 @@ use tessera_broker::cli::{self, Cli};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    cli::run(Cli::parse())
+    match Cli::try_parse() {
+        Ok(command) => cli::run(command),
+        Err(e) => cli::usage_error(e),
+    }
 }

@@ -224,7 +224,11 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         | Command::Backends(_)
         | Command::Exec(_)
         | Command::CredentialProcess(_)
-        | Command::Token(_) => bail!("not an admin command"),
+        | Command::Token(_)
+        | Command::Init { .. }
+        | Command::Login { .. }
+        | Command::Status { .. }
+        | Command::Completions { .. } => bail!("not an admin command"),
     }
     Ok(())
 }

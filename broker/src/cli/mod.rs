@@ -2,12 +2,21 @@
 //!
 //! `serve` runs the broker; the other commands talk to a running broker over HTTP
 //! with the admin token (`TESSERA_ADDR`, `TESSERA_ADMIN_TOKEN_FILE` or
-//! `--token-file`), print a table for people and JSON with `--json`.
+//! `--token-file`, `TESSERA_ADMIN_TOKEN`, `tessera login`), print a table for
+//! people and JSON with `--json`.
+//!
+//! Every command's `--help` ends with examples (a test walks the whole tree to
+//! hold that, and that every positional argument says what it is). Exit status:
+//! 0 done; for commands that call the broker, 2 when the broker refused and 1
+//! for anything on this side; `serve` exits 2 on a configuration error; the
+//! policy tools, `exec` and `backends check` document their own (docs/cli.md).
 
 mod admin;
 mod audit;
 mod backends;
 mod child;
+mod grants;
+mod login;
 mod policy;
 mod remote;
 mod sandbox;
@@ -21,7 +30,13 @@ use std::process::ExitCode;
 #[command(
     name = "tessera",
     version,
-    about = "Tessera credential broker for AI-agent runtimes"
+    about = "Tessera credential broker for AI-agent runtimes",
+    after_help = "Examples:\n  tessera serve --dev                      a broker on 127.0.0.1:8700 with embedded SQLite\n  \
+                  tessera status                           is the broker up, ready, and is my token accepted?\n  \
+                  tessera runtimes create demo --users '*' register an agent runtime\n  \
+                  tessera exec --db select=pg-main:analytics.public.orders -- python report.py\n\n\
+                  Exit status: 0 done; 1 a problem on this side (arguments, files, the broker unreachable);\n\
+                  2 the broker refused (its code and request id are printed). See docs/cli.md."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -31,43 +46,117 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the broker.
+    #[command(
+        after_help = "Examples:\n  tessera serve --dev\n  tessera serve --config /etc/tessera/tessera.toml\n  \
+        TESSERA_LOG_FORMAT=json tessera serve --config tessera.toml --listen 0.0.0.0:8700\n\n\
+        Exit status 2: the configuration, key, token or policy cannot be used (every problem is listed)."
+    )]
     Serve(ServeArgs),
+    /// Create the key-encryption key and the admin token a production broker needs
+    /// (each in its own file, mode 0600; never overwritten).
+    #[command(
+        after_help = "Examples:\n  tessera init --dir /etc/tessera/secrets\n  \
+        tessera init --dir ./secrets --json"
+    )]
+    Init {
+        /// Folder to create them in (made with mode 0700 if missing).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Print the two paths as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Save an admin token (read from standard input) for the admin commands,
+    /// after the broker accepted it.
+    #[command(
+        after_help = "Examples:\n  tessera login                       (paste the token; it is not echoed)\n  \
+        tessera login --addr https://tessera.internal:8700 < admin.token"
+    )]
+    Login {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Whether the broker answers, is ready, and accepts the admin token.
+    #[command(
+        after_help = "Examples:\n  tessera status\n  tessera status --addr tessera.internal:8700 --json"
+    )]
+    Status {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  tessera completions bash > /etc/bash_completion.d/tessera\n  \
+        tessera completions zsh > \"${fpath[1]}/_tessera\"\n  tessera completions fish > ~/.config/fish/completions/tessera.fish"
+    )]
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Manage runtimes (agent orchestrators).
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  tessera runtimes create demo --users '*' --task-kinds summarize\n  tessera runtimes list\n  tessera runtimes disable demo"
+    )]
     Runtimes(RuntimesCommand),
     /// List, inspect and end runs.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  tessera runs list --user alice\n  tessera runs show RUN_ID\n  tessera runs end RUN_ID"
+    )]
     Runs(RunsCommand),
     /// Revoke capabilities.
     #[command(subcommand)]
+    #[command(after_help = "Examples:\n  tessera capabilities revoke CAPABILITY_ID")]
     Capabilities(CapabilitiesCommand),
     /// Downstream removals (database users, …) still pending.
     #[command(subcommand)]
+    #[command(after_help = "Examples:\n  tessera leases list --stuck")]
     Leases(LeasesCommand),
     /// Manage signing keys.
     #[command(subcommand)]
+    #[command(after_help = "Examples:\n  tessera keys list\n  tessera keys rotate")]
     Keys(KeysCommand),
     /// Run a command with an emptied environment plus only the credentials asked
     /// for; revoke them when it exits.
+    #[command(
+        after_help = "Examples:\n  tessera exec --db select=pg-main:analytics.public.orders -- python report.py\n  tessera exec --aws s3:GetObject=aws-main:arn:aws:s3:::reports/q1.csv -- aws s3 cp s3://reports/q1.csv .\n  tessera exec --db orders@select=pg-main:shop.public.orders --db audit@insert=pg-main:shop.public.audit -- ./job\n  tessera exec --env-file .env --keep-env TERM -- ./tool\n\nExit status: the command's own; 125 Tessera failed before the command ran; 126/127 the command cannot be run / was not found; 124 a credential could not be revoked; 123 the holds lapsed and the command was stopped."
+    )]
     Exec(sandbox::ExecArgs),
     /// Print AWS credential_process JSON for one action on one resource.
+    #[command(
+        after_help = "Examples:\n  credential_process = tessera credential-process --action s3:GetObject --resource aws-main:arn:aws:s3:::reports/*   (in ~/.aws/config)"
+    )]
     CredentialProcess(sandbox::CredentialProcessArgs),
     /// Print a capability token (for tools that speak Tessera).
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  tessera token capability --action read --resource svc-reports:reports/2026/q1.csv"
+    )]
     Token(sandbox::TokenCommand),
     /// Read, export and verify the tamper-evident audit log.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  tessera audit tail --run RUN_ID\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit verify"
+    )]
     Audit(AuditCommand),
     /// Check, test and explain a policy directory.
     #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  tessera policy check policy\n  tessera policy test policy --junit report.xml\n  tessera policy explain --user alice --action read --resource svc-reports:reports/q1.csv"
+    )]
     Policy(policy::PolicyCommand),
     /// Inspect configured backends.
     #[command(subcommand)]
+    #[command(after_help = "Examples:\n  tessera backends check pg-main --config tessera.toml")]
     Backends(BackendsCommand),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum BackendsCommand {
+    #[command(
+        after_help = "Examples:\n  tessera backends check pg-main\n  tessera backends check shop --config /etc/tessera/tessera.toml --json"
+    )]
     /// Ask a database backend's server which defaults let a throw-away user do
     /// more than its grant; print each with the SQL that closes it. Exit 1 if any.
     Check {
@@ -103,13 +192,13 @@ pub struct ServeArgs {
 /// How to reach a running broker as admin.
 #[derive(Debug, Args, Clone)]
 pub struct Remote {
-    /// Broker address.
+    /// Broker address: https://HOST:PORT, http://HOST:PORT (loopback only) or HOST:PORT.
     #[arg(long, env = "TESSERA_ADDR", default_value = "http://127.0.0.1:8700")]
     pub addr: String,
-    /// File holding the admin token.
+    /// File holding the admin token (else TESSERA_ADMIN_TOKEN, else what `tessera login` saved).
     #[arg(long, env = "TESSERA_ADMIN_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
-    /// CA certificate(s) to verify an https:// broker address.
+    /// CA certificate(s) to verify an https:// broker (default: the system's roots).
     #[arg(long, env = "TESSERA_CA_FILE")]
     pub ca_file: Option<PathBuf>,
     /// Print JSON instead of a table.
@@ -119,8 +208,12 @@ pub struct Remote {
 
 #[derive(Debug, Subcommand)]
 pub enum RuntimesCommand {
+    #[command(
+        after_help = "Examples:\n  tessera runtimes create demo --users '*' --task-kinds summarize\n  tessera runtimes create ci --users 'svc-*' --client-cert ci.pem --json | jq -r .key"
+    )]
     /// Create a runtime; prints its API key once.
     Create {
+        /// The runtime's name: 1-63 of [a-z0-9._-], starting with a letter or digit.
         name: String,
         /// Comma-separated globs of users it may start runs for (default "*").
         #[arg(long)]
@@ -135,13 +228,16 @@ pub enum RuntimesCommand {
         #[command(flatten)]
         remote: Remote,
     },
+    #[command(after_help = "Examples:\n  tessera runtimes list\n  tessera runtimes list --json")]
     /// List runtimes.
     List {
         #[command(flatten)]
         remote: Remote,
     },
+    #[command(after_help = "Examples:\n  tessera runtimes disable demo")]
     /// Disable a runtime: its key stops working and its open runs are ended.
     Disable {
+        /// The runtime's name (as `runtimes list` shows it).
         name: String,
         #[command(flatten)]
         remote: Remote,
@@ -150,6 +246,9 @@ pub enum RuntimesCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
+    #[command(
+        after_help = "Examples:\n  tessera runs list\n  tessera runs list --state all --user alice --limit 50\n  tessera runs list --after RUN_ID   (the next page)"
+    )]
     /// List runs (open ones by default).
     List {
         /// Only runs of this runtime (by name).
@@ -170,14 +269,18 @@ pub enum RunsCommand {
         #[command(flatten)]
         remote: Remote,
     },
+    #[command(after_help = "Examples:\n  tessera runs show 0b9c6f7e-2a1d-4c3b-9f8e-1d2c3b4a5f60")]
     /// Show a run with its capabilities and leases.
     Show {
+        /// The run's id (a UUID, as `runs list` shows it).
         id: String,
         #[command(flatten)]
         remote: Remote,
     },
+    #[command(after_help = "Examples:\n  tessera runs end 0b9c6f7e-2a1d-4c3b-9f8e-1d2c3b4a5f60")]
     /// End a run and revoke everything it was given.
     End {
+        /// The run's id (a UUID, as `runs list` shows it).
         id: String,
         #[command(flatten)]
         remote: Remote,
@@ -186,8 +289,12 @@ pub enum RunsCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum CapabilitiesCommand {
+    #[command(
+        after_help = "Examples:\n  tessera capabilities revoke 5d0e8a3c-7b6f-4e2d-a1c9-8f7e6d5c4b3a"
+    )]
     /// Revoke one capability and its leases.
     Revoke {
+        /// The capability's id (its `jti`; `runs show` lists them).
         id: String,
         #[command(flatten)]
         remote: Remote,
@@ -196,6 +303,9 @@ pub enum CapabilitiesCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum LeasesCommand {
+    #[command(
+        after_help = "Examples:\n  tessera leases list\n  tessera leases list --stuck --json"
+    )]
     /// List leases whose downstream removal is still pending (oldest first).
     List {
         /// Only those that failed at least 3 times.
@@ -211,11 +321,13 @@ pub enum LeasesCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {
+    #[command(after_help = "Examples:\n  tessera keys rotate")]
     /// Rotate the signing key; the old one stays published until its tokens expire.
     Rotate {
         #[command(flatten)]
         remote: Remote,
     },
+    #[command(after_help = "Examples:\n  tessera keys list --json")]
     /// List signing keys.
     List {
         #[command(flatten)]
@@ -225,6 +337,9 @@ pub enum KeysCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
+    #[command(
+        after_help = "Examples:\n  tessera audit verify\n  tessera audit verify --checkpoints /var/lib/witness/checkpoints.jsonl --max-tail 2000"
+    )]
     /// Walk the chain and report the first edited, deleted or reordered row;
     /// with --checkpoints, also prove every checkpointed row is still there
     /// unchanged and name the rows after the last checkpoint as unverified.
@@ -241,6 +356,9 @@ pub enum AuditCommand {
         #[command(flatten)]
         remote: Remote,
     },
+    #[command(
+        after_help = "Examples:\n  tessera audit tail -n 50\n  tessera audit tail --run RUN_ID --follow\n  tessera audit tail --event 'capability.*' --user alice"
+    )]
     /// Print the most recent rows; with --follow, keep printing new ones.
     Tail {
         /// Only rows about this run.
@@ -261,6 +379,9 @@ pub enum AuditCommand {
         #[command(flatten)]
         remote: Remote,
     },
+    #[command(
+        after_help = "Examples:\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit export --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z | head"
+    )]
     /// Export rows as JSON lines (one object per row, oldest first) for a SIEM.
     Export {
         /// From this time: RFC 3339 (2026-11-29T00:00:00Z) or an age (24h, 7d).
@@ -280,11 +401,37 @@ pub enum AuditCommand {
     },
 }
 
+/// A command line clap cannot use: its message, and exit 1 (a problem on
+/// this side; 2 is kept for the broker's refusals and `serve`'s configuration
+/// errors). `--help` and `--version` print and exit 0.
+pub fn usage_error(e: clap::Error) -> ExitCode {
+    let _ = e.print();
+    if e.use_stderr() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 pub fn run(cli: Cli) -> ExitCode {
     crate::server::install_crypto_provider();
     quiet_broken_pipe();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Init { dir, json } => match login::init(&dir, json) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tessera: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Login { remote } => block_on_remote(login::login(remote)),
+        Command::Status { remote } => block_on_remote(login::status(remote)),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "tessera", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
         Command::Exec(args) => sandbox::exec(args),
         Command::CredentialProcess(args) => sandbox::credential_process(args),
         Command::Token(cmd) => sandbox::token(cmd),
@@ -297,14 +444,18 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// Runs a remote command to its exit code: its error on stderr, exit 1.
+/// Runs a remote command to its exit code: its error on stderr, exit 2 when
+/// the broker refused, 1 for anything else ([`remote`]).
 fn block_on_remote(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     block_on(async {
         match f.await {
             Ok(()) => ExitCode::SUCCESS,
+            // The reader of our output went away (`… | head`): end as the
+            // signal would have ended us, saying nothing.
+            Err(e) if is_broken_pipe(&e) => ExitCode::from(141),
             Err(e) => {
                 eprintln!("tessera: {e:#}");
-                ExitCode::FAILURE
+                remote::exit_status(&e)
             }
         }
     })
@@ -335,6 +486,15 @@ fn block_on(command: impl std::future::Future<Output = ExitCode>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `e` is a write to a pipe whose reader has gone.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Output piped into a reader that stops early (`tessera audit export | head`)
