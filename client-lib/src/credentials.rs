@@ -140,6 +140,9 @@ pub struct AwsCredentials {
     session_token: SecretString,
     /// RFC 3339.
     pub expiration: String,
+    /// The backend's region (`AWS_REGION` for a tool); `None` from a broker
+    /// older than this field.
+    pub region: Option<String>,
 }
 
 impl AwsCredentials {
@@ -157,6 +160,7 @@ impl AwsCredentials {
             secret_access_key: SecretString::from(ex.text("secret_access_key")?),
             session_token: SecretString::from(ex.text("session_token")?),
             expiration: ex.text("expiration")?,
+            region: ex.text("region").ok(),
             lease_id: ex.lease_id,
             capability,
         })

@@ -72,16 +72,19 @@ const NEVER: &[&str] = &[
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     /// AWS credentials for ACTION=RESOURCE, as AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    /// AWS_SESSION_TOKEN and AWS_CREDENTIAL_EXPIRATION.
-    #[arg(long = "aws", value_name = "ACTION=RESOURCE")]
-    pub aws: Option<String>,
+    /// AWS_SESSION_TOKEN, AWS_CREDENTIAL_EXPIRATION, AWS_REGION and AWS_DEFAULT_REGION.
+    /// Repeatable: NAME@ACTION=RESOURCE puts a credential under NAME_ (NAME_AWS_REGION, …).
+    #[arg(long = "aws", value_name = "[NAME@]ACTION=RESOURCE")]
+    pub aws: Vec<String>,
     /// A database user for ACTION=RESOURCE, as PGHOST/PGUSER/PGPASSWORD/… (PostgreSQL)
     /// or MYSQL_HOST/MYSQL_USER/MYSQL_PWD/… (MariaDB, MySQL), plus DATABASE_URL.
-    #[arg(long = "db", value_name = "ACTION=RESOURCE")]
-    pub db: Option<String>,
+    /// Repeatable: NAME@ACTION=RESOURCE puts a credential under NAME_ (NAME_PGUSER, …).
+    #[arg(long = "db", value_name = "[NAME@]ACTION=RESOURCE")]
+    pub db: Vec<String>,
     /// An access token for ACTION=RESOURCE on a `token` backend, as TESSERA_ACCESS_TOKEN.
-    #[arg(long = "token", value_name = "ACTION=RESOURCE")]
-    pub token: Option<String>,
+    /// Repeatable: NAME@ACTION=RESOURCE sets NAME_TESSERA_ACCESS_TOKEN.
+    #[arg(long = "token", value_name = "[NAME@]ACTION=RESOURCE")]
+    pub token: Vec<String>,
     /// Every capability `exec` obtains lapses unless `exec` renews it within
     /// this long (2s-3600s): if `exec` is killed before it can revoke, the
     /// broker revokes them itself soon after. Renewed every third of it.
@@ -103,8 +106,9 @@ pub struct ExecArgs {
     /// Keep this variable of the parent environment (repeatable).
     #[arg(long = "keep-env", value_name = "NAME")]
     pub keep_env: Vec<String>,
-    /// Add the KEY=VALUE lines of this file to the child's environment.
-    #[arg(long)]
+    /// Add the variables of this .env file to the child's environment (dotenv
+    /// syntax: quotes, `export`, comments; no variable is expanded).
+    #[arg(long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
     /// The command and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
@@ -121,6 +125,9 @@ pub struct CredentialProcessArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
+    #[command(
+        after_help = "Examples:\n  tessera token capability --action read --resource svc-reports:reports/2026/q1.csv\n  tessera token capability --action read --resource svc-reports:reports/* --ttl 5m --json"
+    )]
     /// Print a capability token for ACTION on RESOURCE (for tools that speak Tessera).
     Capability {
         #[arg(long)]
@@ -154,13 +161,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
-}
-
-fn split_grant(flag: &str, value: &str) -> Result<(String, String), String> {
-    match value.split_once('=') {
-        Some((a, r)) if !a.is_empty() && !r.is_empty() => Ok((a.to_owned(), r.to_owned())),
-        _ => Err(format!("{flag}: expected ACTION=RESOURCE, got {value:?}")),
-    }
 }
 
 /// `tessera credential-process`: AWS `credential_process` JSON on stdout.
@@ -294,7 +294,13 @@ fn timings(args: &ExecArgs) -> Result<(Duration, Duration), String> {
 }
 
 async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
-    let (hold, grace) = match timings(&args) {
+    let checked = timings(&args).and_then(|t| {
+        Ok((
+            t,
+            super::grants::parse_all(&args.token, &args.aws, &args.db)?,
+        ))
+    });
+    let ((hold, grace), grants) = match checked {
         Ok(t) => t,
         Err(e) => {
             say!("tessera exec: {e}");
@@ -338,7 +344,7 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     let mut stopped_by = None;
     let mut lapsed = false;
     let obtained = {
-        let fetch = obtain(&client, &args, &mut env, &mut held, &holder);
+        let fetch = obtain(&client, &args, &grants, &mut env, &mut held, &holder);
         tokio::pin!(fetch);
         loop {
             tokio::select! {
@@ -467,30 +473,51 @@ fn base_environment(
         }
     }
     if let Some(path) = env_file {
-        let text = std::fs::read_to_string(path)
+        // dotenvy reads the file as a .env file: quotes, `export`, comments and
+        // escapes as other tools read them. It would also expand `$VAR` from
+        // exec's own environment, which may hold what the command must never
+        // see (the run token's file, a broker's secrets): a `$` outside single
+        // quotes is refused before dotenvy reads anything.
+        refuse_expansion(path)?;
+        let items = dotenvy::from_path_iter(path)
             .map_err(|e| format!("--env-file: cannot read {}: {e}", path.display()))?;
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
+        for item in items {
+            let (k, v) = item.map_err(|e| format!("--env-file: {}: {e}", path.display()))?;
+            if !is_env_name(&k) {
+                return Err(format!(
+                    "--env-file: {}: {k:?} is not a variable name",
+                    path.display()
+                ));
             }
-            let (k, v) = line
-                .split_once('=')
-                .filter(|(k, _)| is_env_name(k))
-                .ok_or_else(|| {
-                    format!(
-                        "--env-file: {}:{}: expected NAME=VALUE",
-                        path.display(),
-                        n + 1
-                    )
-                })?;
-            if never_passed(k) {
+            if never_passed(&k) {
                 return Err(format!("--env-file: {k} is never passed to the command"));
             }
-            env.insert(k.to_owned(), v.to_owned());
+            env.insert(k, v);
         }
     }
     Ok(env)
+}
+
+/// Refuses an env file with a `$` that dotenvy would expand (anywhere but in a
+/// single-quoted value, where it is literal).
+fn refuse_expansion(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--env-file: cannot read {}: {e}", path.display()))?;
+    for (n, line) in text.lines().enumerate() {
+        if !line.contains('$') || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let value = line.split_once('=').map_or(line, |(_, v)| v).trim_start();
+        if !value.starts_with('\'') {
+            return Err(format!(
+                "--env-file: {}:{}: `$` would expand a variable of exec's own environment, which \
+                 the command must not see; put the value in single quotes to mean a literal `$`",
+                path.display(),
+                n + 1
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn is_env_name(s: &str) -> bool {
@@ -505,70 +532,74 @@ fn is_env_name(s: &str) -> bool {
 async fn obtain(
     client: &Client,
     args: &ExecArgs,
+    grants: &[super::grants::GrantSpec],
     env: &mut BTreeMap<String, String>,
     held: &mut Vec<Capability>,
     holder: &Holder,
 ) -> Result<(), Error> {
-    let grant = |flag: &str, v: &str| split_grant(flag, v).map_err(Error::Config);
-    let ask = |action: String, resource: String| async move {
-        let ask = tessera_client::Ask {
-            hold: Some(&args.hold),
-            ..Default::default()
-        };
-        client.capability_with(&action, &resource, &ask).await
+    let ask = |action: &str, resource: &str| {
+        let (action, resource) = (action.to_owned(), resource.to_owned());
+        async move {
+            let ask = tessera_client::Ask {
+                hold: Some(&args.hold),
+                ..Default::default()
+            };
+            client.capability_with(&action, &resource, &ask).await
+        }
     };
-    if let Some(spec) = &args.token {
-        let (action, resource) = grant("--token", spec)?;
-        let cap = ask(action, resource).await?;
-        holder.add(&cap);
-        let ex = client.exchange(&cap).await;
-        held.push(cap);
-        let ex = ex?;
-        let token = ex
-            .field("token")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| Error::Protocol("--token: the backend returned no token".into()))?;
-        env.insert("TESSERA_ACCESS_TOKEN".into(), token.to_owned());
-    }
-    if let Some(spec) = &args.aws {
-        let (action, resource) = grant("--aws", spec)?;
-        let cap = ask(action, resource).await?;
+    for g in grants {
+        let cap = ask(&g.action, &g.resource).await?;
         holder.add(&cap);
         let ex = client.exchange(&cap).await;
         let id = cap.id().to_owned();
-        let creds = ex.and_then(|ex| tessera_client::AwsCredentials::from_exchange(cap, ex));
-        let creds = match creds {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = client.revoke_id(&id).await;
-                return Err(e);
+        match g.flag {
+            "--token" => {
+                held.push(cap);
+                let ex = ex?;
+                let token = ex.field("token").and_then(|v| v.as_str()).ok_or_else(|| {
+                    Error::Protocol("--token: the backend returned no token".into())
+                })?;
+                env.insert(g.var("TESSERA_ACCESS_TOKEN"), token.to_owned());
             }
-        };
-        env.insert("AWS_ACCESS_KEY_ID".into(), creds.access_key_id.clone());
-        env.insert(
-            "AWS_SECRET_ACCESS_KEY".into(),
-            creds.secret_access_key().to_owned(),
-        );
-        env.insert("AWS_SESSION_TOKEN".into(), creds.session_token().to_owned());
-        env.insert("AWS_CREDENTIAL_EXPIRATION".into(), creds.expiration.clone());
-        held.push(creds.capability);
-    }
-    if let Some(spec) = &args.db {
-        let (action, resource) = grant("--db", spec)?;
-        let cap = ask(action, resource).await?;
-        holder.add(&cap);
-        let ex = client.exchange(&cap).await;
-        let id = cap.id().to_owned();
-        let creds = ex.and_then(|ex| tessera_client::DatabaseCredentials::from_exchange(cap, ex));
-        let creds = match creds {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = client.revoke_id(&id).await;
-                return Err(e);
+            "--aws" => {
+                let creds =
+                    ex.and_then(|ex| tessera_client::AwsCredentials::from_exchange(cap, ex));
+                let creds = match creds {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = client.revoke_id(&id).await;
+                        return Err(e);
+                    }
+                };
+                env.insert(g.var("AWS_ACCESS_KEY_ID"), creds.access_key_id.clone());
+                env.insert(
+                    g.var("AWS_SECRET_ACCESS_KEY"),
+                    creds.secret_access_key().to_owned(),
+                );
+                env.insert(g.var("AWS_SESSION_TOKEN"), creds.session_token().to_owned());
+                env.insert(g.var("AWS_CREDENTIAL_EXPIRATION"), creds.expiration.clone());
+                if let Some(region) = &creds.region {
+                    // Both names: the SDKs read AWS_REGION, the CLI and boto3
+                    // fall back to AWS_DEFAULT_REGION.
+                    env.insert(g.var("AWS_REGION"), region.clone());
+                    env.insert(g.var("AWS_DEFAULT_REGION"), region.clone());
+                }
+                held.push(creds.capability);
             }
-        };
-        env.extend(creds.environment());
-        held.push(creds.capability);
+            _ => {
+                let creds =
+                    ex.and_then(|ex| tessera_client::DatabaseCredentials::from_exchange(cap, ex));
+                let creds = match creds {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = client.revoke_id(&id).await;
+                        return Err(e);
+                    }
+                };
+                env.extend(creds.environment().into_iter().map(|(k, v)| (g.var(&k), v)));
+                held.push(creds.capability);
+            }
+        }
     }
     Ok(())
 }
@@ -855,13 +886,39 @@ mod tests {
         assert!(base_environment(&parent, &["BAD-NAME".into()], None).is_err());
     }
 
+    /// The env file is a .env file as other tools read it (issue 15: quotes
+    /// and `# comments` were kept literally), and it cannot pull a variable of
+    /// exec's own environment into the command's.
     #[test]
-    fn grants_are_action_equals_resource() {
-        assert_eq!(
-            split_grant("--db", "select=pg:a.b.c").unwrap(),
-            ("select".into(), "pg:a.b.c".into())
-        );
-        assert!(split_grant("--db", "select").is_err());
-        assert!(split_grant("--db", "=x").is_err());
+    fn the_env_file_is_read_as_dotenv() {
+        let dir = std::env::temp_dir().join(format!("tessera-envfile-{}", crate::ids::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(".env");
+        std::fs::write(
+            &file,
+            "# a comment\nexport PLAIN=value\nQUOTED=\"two words\"\nSINGLE='lit$eral'\n\
+             TRAILING=x # note\nEMPTY=\n",
+        )
+        .unwrap();
+        let env = base_environment(&BTreeMap::new(), &[], Some(&file)).unwrap();
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(get("PLAIN"), Some("value"));
+        assert_eq!(get("QUOTED"), Some("two words"));
+        assert_eq!(get("SINGLE"), Some("lit$eral"));
+        assert_eq!(get("TRAILING"), Some("x"));
+        assert_eq!(get("EMPTY"), Some(""));
+        assert_eq!(env.len(), 5, "{env:?}");
+        for (text, says) in [
+            ("X=$HOME\n", "single quotes"),
+            ("X=\"${TESSERA_ADMIN_TOKEN}\"\n", "single quotes"),
+            ("TESSERA_ADMIN_TOKEN=x\n", "never passed"),
+            ("DATABASE_URL=postgres://x\n", "never passed"),
+            ("X='unterminated\n", "--env-file"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = base_environment(&BTreeMap::new(), &[], Some(&file)).unwrap_err();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -233,3 +233,86 @@ async fn the_rust_provider_revokes_what_a_refresh_replaces() {
     assert_eq!(audit.len(), 1);
     assert_eq!(audit[0]["reason"], "superseded", "{audit:?}");
 }
+
+/// `exec --aws` exports the backend's region, so an SDK client needs no
+/// region of its own (issue 15: `boto3.client('dynamodb')` failed with
+/// `NoRegionError`), and `--aws` repeats, a named one under its own prefix,
+/// each credential scoped to its own action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_exports_the_region_and_repeats_aws_under_names() {
+    let app = app().await;
+    let (_, run_id, token) = app.run_for("alice").await;
+    let dir = crate::support::app::TempDir::new();
+    let tokens = token_file(&dir.0, &token);
+    let m = moto();
+    let tool = r#"
+import os, sys, boto3, botocore.exceptions
+assert os.environ["AWS_REGION"] == "us-east-1" and os.environ["AWS_DEFAULT_REGION"] == "us-east-1", os.environ
+boto3.client("dynamodb", endpoint_url=sys.argv[1])  # no region_name: NoRegionError without AWS_REGION
+s3 = boto3.client("s3", endpoint_url=sys.argv[1])
+print(s3.get_object(Bucket="tessera-reports", Key="reports/2026/q1.csv")["Body"].read().decode().splitlines()[0])
+named = boto3.Session(
+    aws_access_key_id=os.environ["SECOND_AWS_ACCESS_KEY_ID"],
+    aws_secret_access_key=os.environ["SECOND_AWS_SECRET_ACCESS_KEY"],
+    aws_session_token=os.environ["SECOND_AWS_SESSION_TOKEN"],
+    region_name=os.environ["SECOND_AWS_REGION"],
+).client("s3", endpoint_url=sys.argv[1])
+assert named._request_signer._credentials.access_key != s3._request_signer._credentials.access_key
+try:
+    named.get_object(Bucket="tessera-reports", Key="private/salaries.csv")
+    print("named private: allowed")
+except botocore.exceptions.ClientError as e:
+    print("named private:", e.response["Error"]["Code"])
+"#;
+    let out = tokio::process::Command::new(BIN)
+        .args(["exec", "--aws", &format!("s3:GetObject={REPORTS_2026}")])
+        .args([
+            "--aws",
+            &format!("second@s3:GetObject={REPORTS_2026}"),
+            "--",
+        ])
+        .arg(&m.python)
+        .arg("-c")
+        .arg(tool)
+        .arg(&m.endpoint)
+        .env("TESSERA_ADDR", app.url(""))
+        .env("TESSERA_RUN_TOKEN_FILE", &tokens)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_REGION")
+        .env_remove("AWS_DEFAULT_REGION")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The named credential is scoped to its own grant: q1.csv only.
+    assert_eq!(stdout, "quarter,revenue\nnamed private: AccessDenied\n");
+    let resp = app
+        .get(&format!("/v1/runs/{run_id}"), Some(&app.admin_token))
+        .await;
+    let v: serde_json::Value = resp.json().await.unwrap();
+    let caps = v["capabilities"].as_array().unwrap();
+    assert_eq!(caps.len(), 2, "one capability per --aws");
+    assert!(caps.iter().all(|c| c["state"] == "revoked"), "{caps:?}");
+    // Two unnamed --aws would set the same variables: refused before anything
+    // is asked for.
+    let out = tokio::process::Command::new(BIN)
+        .args(["exec", "--aws", &format!("s3:GetObject={REPORTS_2026}")])
+        .args([
+            "--aws",
+            &format!("s3:GetObject={REPORTS_2026}"),
+            "--",
+            "true",
+        ])
+        .env("TESSERA_ADDR", app.url(""))
+        .env("TESSERA_RUN_TOKEN_FILE", &tokens)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without a NAME@"));
+}

@@ -15,7 +15,7 @@
 //!
 //! The tool gets `access_key_id`, `secret_access_key`, `session_token`,
 //! `expiration` (RFC 3339: the earlier of the capability's and the session's
-//! expiry) and `credential_process` (the JSON object, `Version` 1, that AWS
+//! expiry), `region` (the backend's) and `credential_process` (the JSON object, `Version` 1, that AWS
 //! SDKs and the CLI read from a `credential_process` command).
 //!
 //! STS sessions cannot be revoked. Run end is therefore immediate in the broker
@@ -152,6 +152,9 @@ impl AwsStsBackend {
                 Value::from(creds.session_token()),
             ),
             ("expiration".to_owned(), Value::from(expiration.clone())),
+            // The region the backend's role is used in: SDKs need one, and a
+            // tool that cannot find it fails (`NoRegionError`) before any call.
+            ("region".to_owned(), Value::from(self.cfg.region.clone())),
             (
                 "credential_process".to_owned(),
                 json!({
