@@ -154,6 +154,65 @@ ttl = "30m"
     assert!(stdout.contains(" 2 failed"), "{stdout}");
 }
 
+/// `policy test --json` and `--junit FILE`, and `policy check --json`, for
+/// CI (issue 15: neither had machine-readable output).
+#[test]
+fn policy_results_as_json_and_junit() {
+    let s = Scratch::shipped_copy();
+    s.write(
+        "tests/wrong.toml",
+        "[backends]\nsvc-reports = \"token\"\n\n[[case]]\nname = \"carol <reads>\"\nuser = \"carol\"\n\
+         action = \"read\"\nresource = \"svc-reports:reports/q1\"\ntask_kind = \"summarize\"\nexpect = \"allow\"\n",
+    );
+    let junit = s.0.join("report.xml");
+    let out = tessera(&[
+        "policy",
+        "test",
+        path(&s.policy()),
+        "--json",
+        "--junit",
+        path(&junit),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&out)));
+    assert_eq!(v["failed"], 1, "{v}");
+    assert!(v["total"].as_u64().unwrap() > 10, "{v}");
+    let wrong = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with("wrong.toml"))
+        .unwrap();
+    assert_eq!(wrong["cases"][0]["passed"], false);
+    assert_eq!(wrong["cases"][0]["got"], "deny");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.starts_with("<?xml"), "{xml}");
+    assert_eq!(
+        xml.matches("<testcase ").count() as u64,
+        v["total"].as_u64().unwrap()
+    );
+    assert_eq!(xml.matches("<failure ").count(), 1);
+    assert!(xml.contains("name=\"carol &lt;reads&gt;\""), "{xml}");
+
+    let out = tessera(&["policy", "check", path(&s.policy()), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], true);
+    assert!(v["policies"].as_u64().unwrap() > 0);
+    s.write(
+        "broken.cedar",
+        "permit (principal, action, resource)\nwhen { resource.nosuch == 1 };\n",
+    );
+    let out = tessera(&["policy", "check", path(&s.policy()), "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], false);
+    let e = &v["errors"][0];
+    assert!(e["file"].as_str().unwrap().ends_with("broken.cedar"), "{v}");
+    assert!(e["line"].as_u64().unwrap() >= 1, "{v}");
+}
+
 #[test]
 fn a_malformed_case_file_is_a_clear_error_and_nothing_runs() {
     let s = Scratch::shipped_copy();

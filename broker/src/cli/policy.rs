@@ -26,9 +26,13 @@ use crate::policy::{cases, PolicyEngine, Severity};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
+    #[command(
+        after_help = "Examples:\n  tessera policy check policy\n  tessera policy check /etc/tessera/policy --config /etc/tessera/tessera.toml --deny-warnings\n  tessera policy check policy --json"
+    )]
     /// Parse and validate a policy directory against its schema; warn about permits
     /// without @ttl and annotations above the server caps.
     Check {
+        /// The policy directory (schema.cedarschema, *.cedar, entities.json).
         #[arg(default_value = "policy")]
         dir: PathBuf,
         /// tessera.toml whose [limits] bound the annotations (default: built-in limits).
@@ -37,19 +41,36 @@ pub enum PolicyCommand {
         /// Exit 1 on warnings too.
         #[arg(long)]
         deny_warnings: bool,
+        /// Print {dir, valid, policies, errors, warnings} as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
+    #[command(
+        after_help = "Examples:\n  tessera policy test policy\n  tessera policy test policy --junit policy-tests.xml\n  tessera policy test policy --json"
+    )]
     /// Run the test cases in DIR/tests/*.toml against the policy directory.
     Test {
+        /// The policy directory (schema.cedarschema, *.cedar, entities.json).
         #[arg(default_value = "policy")]
         dir: PathBuf,
         /// tessera.toml giving the backends and the server caps (default: each case
         /// file's [backends] table and the built-in limits).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print the results as JSON on stdout instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Also write the results as JUnit XML to FILE (for CI test reports).
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
     },
+    #[command(
+        after_help = "Examples:\n  tessera policy explain --user alice --action read --resource svc-reports:reports/2026/q1.csv\n  tessera policy explain --user bob --action select --resource pg-main:analytics.public.orders --config tessera.toml --json"
+    )]
     /// Explain the decision for one capability request: the deciding policies and
     /// the effective constraints, with what set each.
     Explain(Box<ExplainArgs>),
+    #[command(after_help = "Examples:\n  tessera policy reload")]
     /// Ask a running broker to load its policy directory again (an invalid set is
     /// rejected with its errors and the old one stays in force).
     Reload {
@@ -112,8 +133,14 @@ pub fn run(command: PolicyCommand) -> ExitCode {
             dir,
             config,
             deny_warnings,
-        } => check(&dir, config.as_deref(), deny_warnings),
-        PolicyCommand::Test { dir, config } => test(&dir, config.as_deref()),
+            json,
+        } => check(&dir, config.as_deref(), deny_warnings, json),
+        PolicyCommand::Test {
+            dir,
+            config,
+            json,
+            junit,
+        } => test(&dir, config.as_deref(), json, junit.as_deref()),
         PolicyCommand::Explain(args) => explain(*args),
         PolicyCommand::Reload { remote } => return super::block_on_remote(reload(remote)),
     };
@@ -131,37 +158,76 @@ fn settings(config: Option<&Path>) -> Result<PolicySettings, String> {
     }
 }
 
-fn check(dir: &Path, config: Option<&Path>, deny_warnings: bool) -> Result<ExitCode, String> {
+fn check(
+    dir: &Path,
+    config: Option<&Path>,
+    deny_warnings: bool,
+    json: bool,
+) -> Result<ExitCode, String> {
     let settings = settings(config)?;
-    let engine = match PolicyEngine::load_dir(dir) {
-        Ok(engine) => engine,
-        Err(e) => {
-            eprintln!("{e}");
-            return Ok(ExitCode::FAILURE);
+    let (engine, diagnostics) = match PolicyEngine::load_dir(dir) {
+        Ok(engine) => {
+            let warnings = engine.lint(&settings.limits);
+            (Some(engine), warnings)
         }
+        Err(e) => (None, e.diagnostics),
     };
-    let warnings = engine.lint(&settings.limits);
-    for w in &warnings {
-        eprintln!("{w}");
-    }
-    let count = warnings
+    let warnings = diagnostics
         .iter()
         .filter(|w| w.severity == Severity::Warning)
         .count();
-    println!(
-        "{}: {} policies, valid, {count} warning{}",
-        dir.display(),
-        engine.policy_count(),
-        if count == 1 { "" } else { "s" }
-    );
-    Ok(if deny_warnings && count > 0 {
+    if json {
+        let list = |severity: Severity| -> Vec<serde_json::Value> {
+            diagnostics
+                .iter()
+                .filter(|d| d.severity == severity)
+                .map(|d| {
+                    serde_json::json!({
+                        "file": d.file, "line": d.line, "column": d.column,
+                        "message": d.message, "hint": d.hint,
+                    })
+                })
+                .collect()
+        };
+        println!(
+            "{}",
+            serde_json::json!({
+                "dir": dir.display().to_string(),
+                "valid": engine.is_some(),
+                "policies": engine.as_ref().map(PolicyEngine::policy_count),
+                "errors": list(Severity::Error),
+                "warnings": list(Severity::Warning),
+            })
+        );
+    } else {
+        for d in &diagnostics {
+            eprintln!("{d}");
+        }
+    }
+    let Some(engine) = engine else {
+        return Ok(ExitCode::FAILURE);
+    };
+    if !json {
+        println!(
+            "{}: {} policies, valid, {warnings} warning{}",
+            dir.display(),
+            engine.policy_count(),
+            if warnings == 1 { "" } else { "s" }
+        );
+    }
+    Ok(if deny_warnings && warnings > 0 {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
 }
 
-fn test(dir: &Path, config: Option<&Path>) -> Result<ExitCode, String> {
+fn test(
+    dir: &Path,
+    config: Option<&Path>,
+    json: bool,
+    junit: Option<&Path>,
+) -> Result<ExitCode, String> {
     let settings = settings(config)?;
     let engine = PolicyEngine::load_dir(dir).map_err(|e| e.to_string())?;
     let backends = config.map(|_| &settings.backends);
@@ -171,7 +237,15 @@ fn test(dir: &Path, config: Option<&Path>) -> Result<ExitCode, String> {
         shown.join("\n")
     })?;
     let report = cases::run(&engine, &files, &settings.limits);
-    print!("{}", report.render());
+    if let Some(path) = junit {
+        std::fs::write(path, report.junit())
+            .map_err(|e| format!("--junit: cannot write {}: {e}", path.display()))?;
+    }
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.render());
+    }
     Ok(if report.failed() == 0 {
         ExitCode::SUCCESS
     } else {

@@ -33,6 +33,7 @@
 //! that does not exist fails its case (it may have been removed or misspelt).
 
 mod file;
+mod report;
 mod run;
 
 use std::fmt;
