@@ -20,6 +20,7 @@ Each failure is printed as `deploy-check: FAIL: ...`; the exit status is 1 if
 any check failed.
 """
 
+import atexit
 import base64
 import tomllib
 import json
@@ -676,6 +677,10 @@ def boot(deploy_dir, repo, binary, work):
     # -- root file system
     root.mkdir(parents=True)
     sh("mount", "-t", "tmpfs", "-o", "mode=0755,size=64m", "tessera-root", str(root))
+    # Whatever happens next, nothing of the host stays reachable under WORK
+    # (the host's directories are bound read-only, but a caller's rm -rf of
+    # WORK must never walk into them).
+    atexit.register(lambda: subprocess.run(["umount", "--lazy", str(root)]))
     for d in ("usr/lib", "usr/lib64", "usr/bin", "usr/local/bin", "etc/ssl/certs", "proc", "dev",
               "sys", "tmp", "home/nonroot"):
         (root / d).mkdir(parents=True, exist_ok=True)
@@ -832,23 +837,29 @@ def boot(deploy_dir, repo, binary, work):
         host = headers.get("Host", f"127.0.0.2:{port}")
         return f"http://127.0.0.2:{port}{hg.get('path', '/')}", host, port
 
-    # startupProbe first, for at most its budget (and 20 s), as the kubelet would.
-    url, host, port = probe_url("startupProbe")
-    sp = c["startupProbe"]
+    # startupProbe first (else the readinessProbe), for at most its budget
+    # (and 20 s), as the kubelet would.
+    first = "startupProbe" if c.get("startupProbe") else "readinessProbe"
+    if not c.get(first):
+        give_up("the container has neither a startupProbe nor a readinessProbe")
+    url, host, port = probe_url(first)
+    sp = c[first]
     budget = min(20, sp.get("periodSeconds", 10) * sp.get("failureThreshold", 3))
     deadline = time.monotonic() + budget
     status, body = None, ""
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            give_up(f"the broker exited with status {proc.returncode} before answering its startupProbe")
+            give_up(f"the broker exited with status {proc.returncode} before answering its {first}")
         status, body = http_get(url, host)
         if status is not None and 200 <= status < 400:
             break
         time.sleep(0.25)
     else:
-        give_up(f"startupProbe GET {url} (Host: {host}) did not succeed within {budget} s: last {status} {body[:200]}")
-    ok(f"startupProbe GET {url} Host: {host} -> {status}")
+        give_up(f"{first} GET {url} (Host: {host}) did not succeed within {budget} s: last {status} {body[:200]}")
+    ok(f"{first} GET {url} Host: {host} -> {status}")
     for name in ("readinessProbe", "livenessProbe"):
+        if not c.get(name):
+            continue
         url, host, _ = probe_url(name)
         status, body = http_get(url, host)
         if status is None or not 200 <= status < 400:

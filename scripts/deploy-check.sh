@@ -142,10 +142,10 @@ context_check() {
   mkdir "$ctx"
   git ls-files -z | xargs -0 cp --parents -t "$ctx" --
   [[ -f .containerignore ]] && cp .containerignore "$ctx/"
-  mkdir -p "$ctx/target/release" "$ctx/secrets" "$ctx/broker/target"
+  mkdir -p "$ctx/target/release" "$ctx/secrets" "$ctx/broker/target" "$ctx/.git"
   local f
   for f in admin.token tessera-dev.kek tessera.db tessera.db-wal target/release/tessera \
-    secrets/kek secrets/admin.token broker/tessera.db broker/target/x; do
+    secrets/kek secrets/admin.token broker/tessera.db broker/target/x .git/config; do
     echo leftover >"$ctx/$f"
   done
   printf 'FROM scratch\nCOPY . /context\n' >"$tmp/context.Containerfile"
