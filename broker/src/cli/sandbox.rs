@@ -474,13 +474,16 @@ fn base_environment(
     }
     if let Some(path) = env_file {
         // dotenvy reads the file as a .env file: quotes, `export`, comments and
-        // escapes as other tools read them. It would also expand `$VAR` from
-        // exec's own environment, which may hold what the command must never
-        // see (the run token's file, a broker's secrets): a `$` outside single
-        // quotes is refused before dotenvy reads anything.
-        refuse_expansion(path)?;
-        let items = dotenvy::from_path_iter(path)
+        // escapes as other tools read them. It would also expand `$VAR` and
+        // `${VAR}` from exec's own environment, which may hold what the command
+        // must never see (the run token's file, a broker's secrets), and its
+        // rules for where that happens span lines and quotes: a `$` anywhere in
+        // the file is refused. The file is read once, so what was checked is
+        // what is parsed.
+        let text = std::fs::read_to_string(path)
             .map_err(|e| format!("--env-file: cannot read {}: {e}", path.display()))?;
+        refuse_expansion(path, &text)?;
+        let items = dotenvy::from_read_iter(text.as_bytes());
         for item in items {
             let (k, v) = item.map_err(|e| format!("--env-file: {}: {e}", path.display()))?;
             if !is_env_name(&k) {
@@ -498,26 +501,18 @@ fn base_environment(
     Ok(env)
 }
 
-/// Refuses an env file with a `$` that dotenvy would expand (anywhere but in a
-/// single-quoted value, where it is literal).
-fn refuse_expansion(path: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--env-file: cannot read {}: {e}", path.display()))?;
-    for (n, line) in text.lines().enumerate() {
-        if !line.contains('$') || line.trim_start().starts_with('#') {
-            continue;
-        }
-        let value = line.split_once('=').map_or(line, |(_, v)| v).trim_start();
-        if !value.starts_with('\'') {
-            return Err(format!(
-                "--env-file: {}:{}: `$` would expand a variable of exec's own environment, which \
-                 the command must not see; put the value in single quotes to mean a literal `$`",
-                path.display(),
-                n + 1
-            ));
-        }
+/// Refuses an env file with a `$` in it (see [`base_environment`]).
+fn refuse_expansion(path: &Path, text: &str) -> Result<(), String> {
+    match text.lines().position(|line| line.contains('$')) {
+        None => Ok(()),
+        Some(n) => Err(format!(
+            "--env-file: {}:{}: `$` is refused in an env file: it could expand a variable of \
+             exec's own environment, which the command must not see; pass such a value with \
+             --keep-env instead",
+            path.display(),
+            n + 1
+        )),
     }
-    Ok(())
 }
 
 fn is_env_name(s: &str) -> bool {
@@ -896,7 +891,7 @@ mod tests {
         let file = dir.join(".env");
         std::fs::write(
             &file,
-            "# a comment\nexport PLAIN=value\nQUOTED=\"two words\"\nSINGLE='lit$eral'\n\
+            "# a comment\nexport PLAIN=value\nQUOTED=\"two words\"\nSINGLE='lit#eral'\n\
              TRAILING=x # note\nEMPTY=\n",
         )
         .unwrap();
@@ -904,13 +899,21 @@ mod tests {
         let get = |k: &str| env.get(k).map(String::as_str);
         assert_eq!(get("PLAIN"), Some("value"));
         assert_eq!(get("QUOTED"), Some("two words"));
-        assert_eq!(get("SINGLE"), Some("lit$eral"));
+        assert_eq!(get("SINGLE"), Some("lit#eral"));
         assert_eq!(get("TRAILING"), Some("x"));
         assert_eq!(get("EMPTY"), Some(""));
         assert_eq!(env.len(), 5, "{env:?}");
+        // Every way found to make dotenvy expand past a per-line check (a
+        // review's): after a closing quote, a continuation line read as a
+        // comment, a continuation line that starts with a quote.
         for (text, says) in [
-            ("X=$HOME\n", "single quotes"),
-            ("X=\"${TESSERA_ADMIN_TOKEN}\"\n", "single quotes"),
+            ("X=$HOME\n", "`$` is refused"),
+            ("X=\"${TESSERA_ADMIN_TOKEN}\"\n", "`$` is refused"),
+            ("X='lit$eral'\n", "`$` is refused"),
+            ("X='a'${TESSERA_RUN_TOKEN_FILE}\n", "`$` is refused"),
+            ("export X=''$HOME\n", "`$` is refused"),
+            ("X=\"a\n#${TESSERA_RUN_TOKEN_FILE}\"\n", "`$` is refused"),
+            ("X=\"a\nb='${TESSERA_RUN_TOKEN_FILE}\"\n", "`$` is refused"),
             ("TESSERA_ADMIN_TOKEN=x\n", "never passed"),
             ("DATABASE_URL=postgres://x\n", "never passed"),
             ("X='unterminated\n", "--env-file"),
