@@ -43,8 +43,7 @@ pub async fn serve(
         None => tracing::warn!("cannot read the open-file limit"),
     }
     if config.dev {
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+        dev_data_dir(&config.data_dir)?;
         if config.embedded_policy {
             crate::policy::example::write_if_missing(&config.policy_dir)?;
             tracing::info!(policy_dir = %config.policy_dir.display(),
@@ -140,6 +139,50 @@ fn dev_exports(addr: std::net::SocketAddr, tls: bool, token_file: Option<&Path>)
     eprintln!("{text}");
 }
 
+/// Creates `--dev`'s data directory (0700) or accepts an existing one only if
+/// this user owns it and no one else may write to it: a dev broker trusts the
+/// KEK, admin token and policy it finds there, and in a shared folder (`/tmp`)
+/// another user could have put their own.
+fn dev_data_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating data dir {}", dir.display()))?;
+    let meta = std::fs::metadata(dir).with_context(|| format!("data dir {}", dir.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me || meta.mode() & 0o022 != 0 {
+        bail!(
+            "data dir {}: owned by uid {} with mode {:o}; a dev broker uses only a folder it \
+             owns that no one else may write to (remove it, or pass --data-dir)",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a `--dev` secret file that this user does not own or that others
+/// may read or write (it would be someone else's key or token).
+fn dev_owned(path: &Path, what: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta =
+        std::fs::symlink_metadata(path).with_context(|| format!("{what} {}", path.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.file_type().is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        bail!(
+            "{what} {}: not a regular file of uid {me} with mode 600 (uid {}, mode {:o}); \
+             remove it and a new one is made",
+            path.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        );
+    }
+    Ok(())
+}
+
 /// Writes a secret file readable only by its owner.
 fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -201,6 +244,9 @@ fn load_kek(config: &Config) -> anyhow::Result<Kek> {
         tracing::info!(path = %path.display(), "generated a development key-encryption key");
         return Ok(kek);
     }
+    if config.dev {
+        dev_owned(&path, "the development KEK")?;
+    }
     let text = std::fs::read_to_string(&path).with_context(|| {
         format!(
             "config error: keys.kek_file: cannot read {}",
@@ -215,6 +261,9 @@ fn load_kek(config: &Config) -> anyhow::Result<Kek> {
 fn admin_token_hash(config: &Config) -> anyhow::Result<Option<String>> {
     if let Some(path) = &config.admin_token_file {
         if path.exists() {
+            if config.dev {
+                dev_owned(path, "the development admin token")?;
+            }
             let token = std::fs::read_to_string(path)
                 .with_context(|| format!("admin token file {}", path.display()))?;
             let token = token.trim();

@@ -914,3 +914,68 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A dev broker trusts only a data folder it owns that no one else may write
+/// to, and only its own KEK and token files there (a review's finding: in a
+/// shared folder such as /tmp, another user could leave a token they know).
+#[test]
+fn dev_mode_refuses_a_data_folder_or_secret_others_could_have_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("shared");
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let serve = || {
+        Command::new(BIN)
+            .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .current_dir(&dir)
+            .env_remove("TESSERA_ADMIN_TOKEN_FILE")
+            .output()
+            .unwrap()
+    };
+    let out = serve();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no one else may write to"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!data.join("admin.token").exists());
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(
+        data.join("admin.token"),
+        "tsr_adm_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        data.join("admin.token"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let out = serve();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("development admin token"),
+        "{}",
+        stderr(&out)
+    );
+    // The saved login token is refused the same way.
+    let home = dir.join("home");
+    let saved = home.join(".config/tessera/admin.token");
+    std::fs::create_dir_all(saved.parent().unwrap()).unwrap();
+    std::fs::write(
+        &saved,
+        "tsr_adm_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&saved, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = tessera(&["runtimes", "list"], &[("HOME", home.to_str().unwrap())]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("must be yours with mode 600"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -21,27 +21,55 @@ use std::path::{Path, PathBuf};
 
 /// Where `tessera login` keeps the token: `$XDG_CONFIG_HOME/tessera/admin.token`
 /// (default `~/.config/tessera/admin.token`).
+/// A relative `XDG_CONFIG_HOME` or `HOME` is ignored (the XDG rule): the token
+/// would land in whatever folder the command runs in, perhaps a checkout.
 pub fn saved_token_file() -> Option<PathBuf> {
+    let absolute = |v: String| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
     let base = crate::config::process_env("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| crate::config::process_env("HOME").map(|h| Path::new(&h).join(".config")))?;
+        .and_then(absolute)
+        .or_else(|| {
+            crate::config::process_env("HOME")
+                .and_then(absolute)
+                .map(|h| h.join(".config"))
+        })?;
     Some(base.join("tessera").join("admin.token"))
+}
+
+/// Reads the token `tessera login` saved, refusing a file this user does not
+/// own or that others may read (it would not be the token login wrote).
+pub fn read_saved_token(path: &Path) -> anyhow::Result<secrecy::SecretString> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("cannot read the saved admin token {}", path.display()))?;
+    let meta = file.metadata()?;
+    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o077 != 0 {
+        bail!(
+            "the saved admin token {} has uid {} and mode {:o}: it must be yours with mode 600 \
+             (run `tessera login` again)",
+            path.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        );
+    }
+    let mut text = zeroize::Zeroizing::new(String::new());
+    std::io::Read::read_to_string(&mut &file, &mut text)?;
+    Ok(secrecy::SecretString::from(text.trim()))
 }
 
 pub async fn login(remote: Remote) -> anyhow::Result<()> {
     let token = read_token_from_stdin()?;
-    if !crate::ids::has_secret_shape(&token, ADMIN_TOKEN_PREFIX) {
+    if !crate::ids::has_secret_shape(token.as_str(), ADMIN_TOKEN_PREFIX) {
         bail!("that is not an admin token (they start with {ADMIN_TOKEN_PREFIX})");
     }
     let path =
         saved_token_file().context("cannot tell where to save it: set HOME or XDG_CONFIG_HOME")?;
     // Checked before it is saved: a typo must not replace a working token.
-    admin_with(&remote, secrecy::SecretString::from(token.clone()))?
+    admin_with(&remote, secrecy::SecretString::from(token.as_str()))?
         .keys()
         .await
         .map_err(said)?;
     if let Some(dir) = path.parent() {
-        create_private_dir(dir)?;
+        create_private_dir(dir, 0o077)?;
     }
     replace_private(&path, &token)?;
     if remote.json {
@@ -57,58 +85,102 @@ pub async fn login(remote: Remote) -> anyhow::Result<()> {
 }
 
 /// One line from standard input; not echoed when it is a terminal.
-fn read_token_from_stdin() -> anyhow::Result<String> {
+fn read_token_from_stdin() -> anyhow::Result<zeroize::Zeroizing<String>> {
     let stdin = std::io::stdin();
-    let terminal = std::io::IsTerminal::is_terminal(&stdin);
-    let saved = if terminal {
-        eprint!("Admin token (input hidden): ");
+    let _quiet = if std::io::IsTerminal::is_terminal(&stdin) {
+        eprint!("Admin token (input hidden, Ctrl-D to cancel): ");
         let _ = std::io::stderr().flush();
-        let fd = std::io::stdin();
-        let old = nix::sys::termios::tcgetattr(&fd).ok();
-        if let Some(old) = &old {
-            let mut quiet = old.clone();
-            quiet
-                .local_flags
-                .remove(nix::sys::termios::LocalFlags::ECHO);
-            let _ = nix::sys::termios::tcsetattr(&fd, nix::sys::termios::SetArg::TCSANOW, &quiet);
-        }
-        old
+        Some(Quiet::start())
     } else {
         None
     };
-    let mut line = String::new();
-    let read = stdin.lock().read_line(&mut line);
-    if let Some(old) = saved {
-        let _ = nix::sys::termios::tcsetattr(
-            std::io::stdin(),
-            nix::sys::termios::SetArg::TCSANOW,
-            &old,
-        );
-        eprintln!();
-    }
-    read.context("reading the admin token from standard input")?;
-    Ok(line.trim().to_owned())
+    let mut line = zeroize::Zeroizing::new(String::new());
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .context("reading the admin token from standard input")?;
+    Ok(zeroize::Zeroizing::new(line.trim().to_owned()))
 }
 
-fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new()
+/// The terminal without echo, and Ctrl-C / Ctrl-Z / Ctrl-\ held back, until
+/// dropped: a signal while the token is typed would otherwise leave the
+/// terminal without echo. A held signal is delivered once echo is back.
+struct Quiet {
+    saved: Option<nix::sys::termios::Termios>,
+    mask: Option<nix::sys::signal::SigSet>,
+}
+
+impl Quiet {
+    fn start() -> Quiet {
+        use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+        use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+        let mut held = SigSet::empty();
+        for s in [Signal::SIGINT, Signal::SIGTSTP, Signal::SIGQUIT] {
+            held.add(s);
+        }
+        let mut old_mask = SigSet::empty();
+        let mask =
+            nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&held), Some(&mut old_mask))
+                .ok()
+                .map(|()| old_mask);
+        let saved = tcgetattr(std::io::stdin()).ok();
+        if let Some(old) = &saved {
+            let mut quiet = old.clone();
+            quiet.local_flags.remove(LocalFlags::ECHO);
+            let _ = tcsetattr(std::io::stdin(), SetArg::TCSANOW, &quiet);
+        }
+        Quiet { saved, mask }
+    }
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        use nix::sys::termios::{tcsetattr, SetArg};
+        if let Some(old) = &self.saved {
+            let _ = tcsetattr(std::io::stdin(), SetArg::TCSANOW, old);
+            eprintln!();
+        }
+        if let Some(mask) = &self.mask {
+            let _ = nix::sys::signal::sigprocmask(
+                nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                Some(mask),
+                None,
+            );
+        }
+    }
+}
+
+/// Creates `dir` (0700) or accepts an existing one only if this user owns it
+/// and its mode has none of `forbidden` (a folder another user may write to
+/// lets them swap the files in it).
+fn create_private_dir(dir: &Path, forbidden: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-    {
-        Ok(()) => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("creating {}", dir.display())),
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let meta = std::fs::metadata(dir).with_context(|| format!("{}", dir.display()))?;
+    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & forbidden != 0 {
+        bail!(
+            "{} has uid {} and mode {:o}: use a folder you own that others cannot write to",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        );
     }
+    Ok(())
 }
 
 /// Writes `contents` to `path` with mode 0600 through a new file renamed over
 /// the old one, so the token is never in a file others could read.
 fn replace_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
+    let tmp = path.with_extension(format!("tmp-{}", crate::ids::new_id()));
     write_new_private(&tmp, contents)?;
-    std::fs::rename(&tmp, path).with_context(|| format!("saving {}", path.display()))
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::Error::new(e).context(format!("saving {}", path.display()))
+    })
 }
 
 /// Creates `path` (it must not exist) with mode 0600 holding `contents` and a newline.
@@ -139,7 +211,7 @@ pub fn init(dir: &Path, json: bool) -> anyhow::Result<()> {
             );
         }
     }
-    create_private_dir(dir)?;
+    create_private_dir(dir, 0o022)?;
     let (_, kek_text) = crate::keys::Kek::generate();
     write_new_private(&kek_file, &kek_text)?;
     let token = new_secret(ADMIN_TOKEN_PREFIX);

@@ -56,7 +56,7 @@ fn admin_token(remote: &Remote) -> anyhow::Result<SecretString> {
         return Ok(SecretString::from(token.trim()));
     }
     if let Some(path) = super::login::saved_token_file().filter(|p| p.exists()) {
-        return from_file(&path);
+        return super::login::read_saved_token(&path);
     }
     anyhow::bail!(
         "no admin token: set TESSERA_ADMIN_TOKEN_FILE (or pass --token-file), set \
