@@ -714,8 +714,11 @@ impl TestApp {
         }
         let config = dir.0.join("tessera.toml");
         std::fs::write(&config, format!("{TEST_CONFIG}\n{}", self.extra.config)).expect("config");
+        // Mode 0600: a dev broker refuses a token file others may read.
         let token = dir.0.join("admin.token");
         std::fs::write(&token, &self.admin_token).expect("admin token");
+        std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .expect("admin token mode");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
