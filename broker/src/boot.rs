@@ -183,8 +183,9 @@ fn dev_owned(path: &Path, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes a secret file readable only by its owner.
-fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+/// Creates `path` (it must not exist) readable only by its owner, holding
+/// `contents` and a newline, synced to disk.
+pub(crate) fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -194,6 +195,7 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", path.display()))?;
     f.write_all(contents.as_bytes())?;
     f.write_all(b"\n")?;
+    f.sync_all()?;
     Ok(())
 }
 

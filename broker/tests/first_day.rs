@@ -285,6 +285,23 @@ fn tessera(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         .unwrap()
 }
 
+/// `attempt` until it succeeds (a broker still starting), at most 10 s; on
+/// giving up, panics with the last attempt's stderr and the broker's log.
+async fn until_ok(attempt: impl Fn() -> std::process::Output, log: &Path) -> std::process::Output {
+    for _ in 0..200 {
+        let out = attempt();
+        if out.status.success() {
+            return out;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{}\n{}",
+        stderr(&attempt()),
+        std::fs::read_to_string(log).unwrap_or_default()
+    )
+}
+
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -578,31 +595,23 @@ async fn init_makes_what_production_needs_and_status_says_it_works() {
             .unwrap(),
     ));
     let addr = format!("http://127.0.0.1:{port}");
-    let mut out = None;
-    for _ in 0..200 {
-        let o = tessera(
-            &[
-                "status",
-                "--addr",
-                &addr,
-                "--token-file",
-                token_file.to_str().unwrap(),
-                "--json",
-            ],
-            &[],
-        );
-        if o.status.success() {
-            out = Some(o);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let out = out.unwrap_or_else(|| {
-        panic!(
-            "{}",
-            std::fs::read_to_string(dir.join("broker.log")).unwrap()
-        )
-    });
+    let out = until_ok(
+        || {
+            tessera(
+                &[
+                    "status",
+                    "--addr",
+                    &addr,
+                    "--token-file",
+                    token_file.to_str().unwrap(),
+                    "--json",
+                ],
+                &[],
+            )
+        },
+        &dir.join("broker.log"),
+    )
+    .await;
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["ready"], true, "{status}");
     assert_eq!(status["admin_token"], "accepted", "{status}");
@@ -767,22 +776,7 @@ async fn https_uses_the_system_roots_by_default() {
             &[("SSL_CERT_FILE", roots.to_str().unwrap())],
         )
     };
-    let mut ok = None;
-    for _ in 0..200 {
-        let out = status(&roots);
-        if out.status.success() {
-            ok = Some(out);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ok = ok.unwrap_or_else(|| {
-        panic!(
-            "{}\n{}",
-            stderr(&status(&roots)),
-            std::fs::read_to_string(dir.join("broker.log")).unwrap()
-        )
-    });
+    let ok = until_ok(|| status(&roots), &dir.join("broker.log")).await;
     assert!(String::from_utf8_lossy(&ok.stdout).contains("(ready)"));
     let refused = status(&others);
     assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));

@@ -860,11 +860,12 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("tsr_run_"));
-        let e = Client::builder()
+        // No CA: the system's roots verify an https:// broker (issue 15: this
+        // was refused, even for a broker with a public certificate).
+        Client::builder()
             .address("https://x")
             .run_token(SecretString::from(token.to_owned()))
             .build()
-            .unwrap_err();
-        assert!(e.to_string().contains("CA"));
+            .unwrap();
     }
 }

@@ -176,26 +176,11 @@ fn create_private_dir(dir: &Path, forbidden: u32) -> anyhow::Result<()> {
 /// the old one, so the token is never in a file others could read.
 fn replace_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension(format!("tmp-{}", crate::ids::new_id()));
-    write_new_private(&tmp, contents)?;
+    crate::boot::write_private(&tmp, contents)?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         anyhow::Error::new(e).context(format!("saving {}", path.display()))
     })
-}
-
-/// Creates `path` (it must not exist) with mode 0600 holding `contents` and a newline.
-fn write_new_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.write_all(contents.as_bytes())?;
-    f.write_all(b"\n")?;
-    f.sync_all()?;
-    Ok(())
 }
 
 /// `tessera init --dir DIR`: DIR/kek and DIR/admin.token, mode 0600, never
@@ -213,9 +198,9 @@ pub fn init(dir: &Path, json: bool) -> anyhow::Result<()> {
     }
     create_private_dir(dir, 0o022)?;
     let (_, kek_text) = crate::keys::Kek::generate();
-    write_new_private(&kek_file, &kek_text)?;
+    crate::boot::write_private(&kek_file, &kek_text)?;
     let token = new_secret(ADMIN_TOKEN_PREFIX);
-    if let Err(e) = write_new_private(&token_file, token.expose_secret()) {
+    if let Err(e) = crate::boot::write_private(&token_file, token.expose_secret()) {
         let _ = std::fs::remove_file(&kek_file);
         return Err(e);
     }
