@@ -15,6 +15,7 @@ mod admin;
 mod audit;
 mod backends;
 mod child;
+mod environment;
 mod grants;
 mod login;
 mod policy;
