@@ -614,19 +614,26 @@ async fn init_makes_what_production_needs_and_status_says_it_works() {
     .await;
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["ready"], true, "{status}");
+    assert_eq!(status["addr"], addr, "{status}");
     assert_eq!(status["admin_token"], "accepted", "{status}");
     assert!(status["active_kid"].is_string(), "{status}");
+    // Given as host:port, said as the URL it reached.
     let human = tessera(
         &[
             "status",
             "--addr",
-            &addr,
+            &format!("127.0.0.1:{port}"),
             "--token-file",
             token_file.to_str().unwrap(),
         ],
         &[],
     );
-    assert!(String::from_utf8_lossy(&human.stdout).contains("admin token: accepted"));
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(human.contains("admin token: accepted"), "{human}");
+    assert!(
+        human.contains(&format!("broker:      {addr} (ready)")),
+        "{human}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

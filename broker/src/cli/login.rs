@@ -223,6 +223,8 @@ pub async fn status(remote: Remote) -> anyhow::Result<()> {
     let client = admin(&remote)?;
     let ready = client.ready().await.map_err(said)?;
     let keys = client.keys().await.map_err(said)?;
+    // As the client reached it: `host:port` is shown as `http://host:port`.
+    let addr = tessera_client::broker_address(&remote.addr);
     let active = keys
         .keys
         .iter()
@@ -230,14 +232,14 @@ pub async fn status(remote: Remote) -> anyhow::Result<()> {
         .map(|k| k.kid.clone());
     if remote.json {
         print_json(&serde_json::json!({
-            "addr": remote.addr,
+            "addr": addr,
             "ready": ready.status == "ready",
             "admin_token": "accepted",
             "signing_keys": keys.keys.len(),
             "active_kid": active,
         }));
     } else {
-        println!("broker:      {} ({})", remote.addr, ready.status);
+        println!("broker:      {addr} ({})", ready.status);
         println!("admin token: accepted");
         println!(
             "signing keys: {} (active {})",
