@@ -19,7 +19,6 @@ use crate::policy::PolicyEngine;
 use anyhow::{bail, Context};
 use secrecy::ExposeSecret;
 use std::future::Future;
-use std::io::Write;
 use std::path::Path;
 
 /// Set by `tessera serve` when its logs are JSON: what the boot prints for
@@ -144,59 +143,25 @@ fn dev_exports(addr: std::net::SocketAddr, tls: bool, token_file: Option<&Path>)
 /// KEK, admin token and policy it finds there, and in a shared folder (`/tmp`)
 /// another user could have put their own.
 fn dev_data_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("creating data dir {}", dir.display()))?;
-    let meta = std::fs::metadata(dir).with_context(|| format!("data dir {}", dir.display()))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me || meta.mode() & 0o022 != 0 {
-        bail!(
-            "data dir {}: owned by uid {} with mode {:o}; a dev broker uses only a folder it \
-             owns that no one else may write to (remove it, or pass --data-dir)",
-            dir.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        );
-    }
-    Ok(())
+    crate::private_fs::make_dir(
+        dir,
+        0o022,
+        "a dev broker uses only a data dir it owns that no one else may write to (remove it, \
+         or pass --data-dir)",
+    )
 }
 
 /// Refuses a `--dev` secret file that this user does not own or that others
 /// may read or write (it would be someone else's key or token).
 fn dev_owned(path: &Path, what: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt;
     let meta =
         std::fs::symlink_metadata(path).with_context(|| format!("{what} {}", path.display()))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if !meta.file_type().is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
-        bail!(
-            "{what} {}: not a regular file of uid {me} with mode 600 (uid {}, mode {:o}); \
-             remove it and a new one is made",
-            path.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        );
-    }
-    Ok(())
-}
-
-/// Creates `path` (it must not exist) readable only by its owner, holding
-/// `contents` and a newline, synced to disk.
-pub(crate) fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.write_all(contents.as_bytes())?;
-    f.write_all(b"\n")?;
-    f.sync_all()?;
-    Ok(())
+    crate::private_fs::refuse_foreign(
+        path,
+        &meta,
+        0o077,
+        &format!("{what} must be a regular file of this user with mode 600; remove it and a new one is made"),
+    )
 }
 
 /// Creates an empty file readable only by its owner, unless it exists. SQLite
@@ -242,7 +207,7 @@ fn load_kek(config: &Config) -> anyhow::Result<Kek> {
     };
     if !path.exists() && config.dev {
         let (kek, text) = Kek::generate();
-        write_private(&path, &text)?;
+        crate::private_fs::write_new(&path, &text)?;
         tracing::info!(path = %path.display(), "generated a development key-encryption key");
         return Ok(kek);
     }
@@ -284,7 +249,7 @@ fn admin_token_hash(config: &Config) -> anyhow::Result<Option<String>> {
             );
         }
         let token = new_secret(ADMIN_TOKEN_PREFIX);
-        write_private(path, token.expose_secret())?;
+        crate::private_fs::write_new(path, token.expose_secret())?;
         tracing::info!(path = %path.display(), "generated a development admin token (mode 0600)");
         return Ok(Some(secret_hash(&token)));
     }

@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod names;
 pub mod policy;
 pub mod policy_reload;
+pub mod private_fs;
 pub mod reauthorize;
 pub mod resource;
 pub mod server;

@@ -38,19 +38,14 @@ pub fn saved_token_file() -> Option<PathBuf> {
 /// Reads the token `tessera login` saved, refusing a file this user does not
 /// own or that others may read (it would not be the token login wrote).
 pub fn read_saved_token(path: &Path) -> anyhow::Result<secrecy::SecretString> {
-    use std::os::unix::fs::MetadataExt;
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot read the saved admin token {}", path.display()))?;
-    let meta = file.metadata()?;
-    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o077 != 0 {
-        bail!(
-            "the saved admin token {} has uid {} and mode {:o}: it must be yours with mode 600 \
-             (run `tessera login` again)",
-            path.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        );
-    }
+    crate::private_fs::refuse_foreign(
+        path,
+        &file.metadata()?,
+        0o077,
+        "the saved admin token must be yours with mode 600 (run `tessera login` again)",
+    )?;
     let mut text = zeroize::Zeroizing::new(String::new());
     std::io::Read::read_to_string(&mut &file, &mut text)?;
     Ok(secrecy::SecretString::from(text.trim()))
@@ -150,33 +145,21 @@ impl Drop for Quiet {
     }
 }
 
-/// Creates `dir` (0700) or accepts an existing one only if this user owns it
-/// and its mode has none of `forbidden` (a folder another user may write to
-/// lets them swap the files in it).
+/// `dir` made (0700) or accepted only if it is ours and has none of `forbidden`:
+/// a folder another user may write to lets them swap the files in it.
 fn create_private_dir(dir: &Path, forbidden: u32) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    let meta = std::fs::metadata(dir).with_context(|| format!("{}", dir.display()))?;
-    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & forbidden != 0 {
-        bail!(
-            "{} has uid {} and mode {:o}: use a folder you own that others cannot write to",
-            dir.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        );
-    }
-    Ok(())
+    crate::private_fs::make_dir(
+        dir,
+        forbidden,
+        "use a folder you own that others cannot write to",
+    )
 }
 
 /// Writes `contents` to `path` with mode 0600 through a new file renamed over
 /// the old one, so the token is never in a file others could read.
 fn replace_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension(format!("tmp-{}", crate::ids::new_id()));
-    crate::boot::write_private(&tmp, contents)?;
+    crate::private_fs::write_new(&tmp, contents)?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         anyhow::Error::new(e).context(format!("saving {}", path.display()))
@@ -198,9 +181,9 @@ pub fn init(dir: &Path, json: bool) -> anyhow::Result<()> {
     }
     create_private_dir(dir, 0o022)?;
     let (_, kek_text) = crate::keys::Kek::generate();
-    crate::boot::write_private(&kek_file, &kek_text)?;
+    crate::private_fs::write_new(&kek_file, &kek_text)?;
     let token = new_secret(ADMIN_TOKEN_PREFIX);
-    if let Err(e) = crate::boot::write_private(&token_file, token.expose_secret()) {
+    if let Err(e) = crate::private_fs::write_new(&token_file, token.expose_secret()) {
         let _ = std::fs::remove_file(&kek_file);
         return Err(e);
     }
