@@ -36,6 +36,7 @@ async fn main() -> std::io::Result<()> {
                     res: req.resource,
                     uses: 20,
                     cnf: None,
+                    args: None,
                 };
                 let token = jwt::encode(&key, CAPABILITY_TYP, &claims);
                 (

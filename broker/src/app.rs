@@ -42,6 +42,11 @@ pub struct App {
     pub policy_reload_lock: tokio::sync::Mutex<()>,
     /// Wakes the revocation worker when the outbox gains rows.
     pub revocation_wakeup: tokio::sync::Notify,
+    /// Bumped by every approval decision here: long-polls wake at once (and
+    /// re-read the store every second for decisions on other replicas).
+    pub approvals_changed: tokio::sync::watch::Sender<u64>,
+    /// Wakes the webhook worker when an approval is opened.
+    pub webhook_wakeup: tokio::sync::Notify,
     /// This process as the store knows it (owner of its revocation claims).
     pub instance: Instance,
     /// Set once when the broker begins to stop; background tasks watch it.
@@ -118,6 +123,8 @@ impl App {
             held: HeldCache::new(HELD_CACHE_MAX),
             policy_reload_lock: tokio::sync::Mutex::new(()),
             revocation_wakeup: tokio::sync::Notify::new(),
+            approvals_changed: tokio::sync::watch::Sender::new(0),
+            webhook_wakeup: tokio::sync::Notify::new(),
             instance,
             stopping: tokio::sync::watch::Sender::new(false),
         }))

@@ -6,6 +6,16 @@ use std::time::Duration;
 
 /// A reqwest client on rustls with the ring provider and the system's roots.
 pub fn system_roots() -> Result<reqwest::Client, String> {
+    build(reqwest::redirect::Policy::default())
+}
+
+/// The same, never following a redirect: what a notification is sent with,
+/// so a receiver cannot bounce it (and the broker's requests) elsewhere.
+pub fn no_redirects() -> Result<reqwest::Client, String> {
+    build(reqwest::redirect::Policy::none())
+}
+
+fn build(redirects: reqwest::redirect::Policy) -> Result<reqwest::Client, String> {
     let mut roots = rustls::RootCertStore::empty();
     let found = rustls_native_certs::load_native_certs();
     for cert in found.certs {
@@ -23,6 +33,8 @@ pub fn system_roots() -> Result<reqwest::Client, String> {
     .with_no_client_auth();
     reqwest::Client::builder()
         .use_preconfigured_tls(tls)
+        .redirect(redirects)
+        .no_proxy()
         .connect_timeout(Duration::from_secs(3))
         .timeout(Duration::from_secs(15))
         .build()

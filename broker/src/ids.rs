@@ -16,6 +16,8 @@ pub const RUNTIME_KEY_PREFIX: &str = "tsr_rt_";
 pub const RUN_TOKEN_PREFIX: &str = "tsr_run_";
 /// Prefix of admin tokens.
 pub const ADMIN_TOKEN_PREFIX: &str = "tsr_adm_";
+/// Prefix of approver keys (`tessera approvers create`).
+pub const APPROVER_KEY_PREFIX: &str = "tsr_apr_";
 
 /// Fills a buffer from the system CSPRNG. The OS generator failing is not
 /// something a request can cause or recover from.

@@ -14,8 +14,10 @@
 //! labels and runtime, the capability's action and resource), admitted by the
 //! same checks and decided by the same [`PolicyEngine::decide`] as at issuance,
 //! at the current time; the requested ttl is taken as the lifetime the capability
-//! was given. A capability is still permitted only if the decision allows it
-//! without an approval and the effective ttl and uses are at least what it holds.
+//! was given, and its recorded arguments are the request's. A capability is still
+//! permitted only if the decision allows it — when an approval gates it, only if
+//! it was redeemed from an approval of exactly the gates in force — and the
+//! effective ttl and uses are at least what it holds.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -45,6 +47,7 @@ pub fn mismatched_claims(
         ("iat", claims.iat == held.issued_at),
         ("exp", claims.exp == held.expires_at),
         ("uses", claims.uses == held.uses),
+        ("args", claims.args == held.args_hash),
         ("sub", claims.sub == run.user),
         ("rt", claims.rt == run.runtime_id),
         ("task", claims.task == run.task_id),
@@ -64,6 +67,7 @@ pub fn policy_request<'a>(
     res: &Resource<'a>,
     requested_ttl: Option<Duration>,
     now: i64,
+    arguments: Option<&'a serde_json::Value>,
 ) -> PolicyRequest<'a> {
     PolicyRequest {
         user: &run.user,
@@ -79,6 +83,7 @@ pub fn policy_request<'a>(
         runtime: &run.runtime_name,
         requested_ttl,
         now_unix: now,
+        arguments,
     }
 }
 
@@ -96,14 +101,32 @@ pub fn still_permitted(
     };
     let lifetime =
         Duration::from_secs(u64::try_from(held.expires_at - held.issued_at).unwrap_or(0));
-    let request = policy_request(run, &held.action, &res, Some(lifetime), now);
+    let arguments = match held.arguments.as_deref().map(serde_json::from_str) {
+        None => None,
+        Some(Ok(v)) => Some(v),
+        Some(Err(_)) => return false,
+    };
+    let request = policy_request(
+        run,
+        &held.action,
+        &res,
+        Some(lifetime),
+        now,
+        arguments.as_ref(),
+    );
     match engine.decide(&request) {
         PolicyDecision::Deny { .. } => false,
         PolicyDecision::Allow { constraints, .. } => {
             let effective = Effective::new(&constraints, limits, Some(lifetime));
-            constraints.approval.is_none()
-                && effective.ttl.value >= lifetime
-                && effective.uses.value >= held.uses
+            // Gated: only by an approval of exactly the gates in force.
+            let approved = constraints.approval.is_none()
+                || held.approved_for.as_deref() == Some(constraints.approvers().as_str());
+            let uses = if held.approved_for.is_some() && constraints.uses.is_none() {
+                1
+            } else {
+                effective.uses.value
+            };
+            approved && effective.ttl.value >= lifetime && uses >= held.uses
         }
     }
 }

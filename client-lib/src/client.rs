@@ -14,8 +14,9 @@
 use crate::credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchanged};
 use crate::error::Error;
 use crate::types::{
-    CapabilityRequest, CapabilityResponse, ErrorBody, ExchangeRequest, ExchangeResponse,
-    RenewHoldsRequest, RenewHoldsResponse, RevokeCapabilityResponse,
+    Approval, ApprovalPending, ApprovalStatus, CapabilityRequest, CapabilityResponse, ErrorBody,
+    ExchangeRequest, ExchangeResponse, RenewHoldsRequest, RenewHoldsResponse,
+    RevokeCapabilityResponse,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
@@ -96,6 +97,7 @@ struct Inner {
     base: String,
     run_token: SecretString,
     retry: RetryPolicy,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Client {
@@ -149,7 +151,7 @@ impl Default for ClientBuilder {
 }
 
 /// What a capability request may ask for beyond action and resource.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct Ask<'a> {
     /// At most this lifetime, e.g. `"5m"`.
     pub ttl: Option<&'a str>,
@@ -160,6 +162,48 @@ pub struct Ask<'a> {
     /// Supersede: issuing it revokes the run's earlier live capabilities asked
     /// for in the same slot (a helper called again for the same grant).
     pub slot: Option<&'a str>,
+    /// What exactly will be done (a JSON object): shown to approvers, hashed
+    /// into the capability's `args` claim, seen by policy as `context.arguments`.
+    pub arguments: Option<&'a serde_json::Value>,
+    /// When a human must approve (the broker answers 202): wait up to this long
+    /// for the decision, then redeem the approval. `None`: do not wait, fail
+    /// with [`Error::ApprovalRequired`] (`approval_pending`, with its id).
+    pub wait_for_approval: Option<Duration>,
+    /// Called with the approval whenever its status is seen to change while
+    /// waiting (first when it is asked for): a visible status for a human.
+    pub on_approval: Option<&'a (dyn Fn(&Approval) + Sync)>,
+}
+
+impl std::fmt::Debug for Ask<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ask")
+            .field("ttl", &self.ttl)
+            .field("hold", &self.hold)
+            .field("slot", &self.slot)
+            .field("arguments", &self.arguments)
+            .field("wait_for_approval", &self.wait_for_approval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `POST /v1/capabilities` answers 201 with a capability or 202 with an approval.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Asked {
+    Issued(CapabilityResponse),
+    Pending(ApprovalPending),
+}
+
+/// Longest single long-poll; the broker bounds it by its own request timeout too.
+const APPROVAL_POLL: Duration = Duration::from_secs(20);
+
+fn approval_error(code: &str, approval_id: &str, message: String) -> Error {
+    Error::ApprovalRequired {
+        code: code.to_owned(),
+        approval_id: Some(approval_id.to_owned()),
+        message,
+        request_id: String::new(),
+    }
 }
 
 impl ClientBuilder {
@@ -268,6 +312,7 @@ impl ClientBuilder {
                 base,
                 run_token,
                 retry: self.retry,
+                timeout: self.timeout,
             }),
         })
     }
@@ -530,17 +575,130 @@ impl Client {
         resource: &str,
         ask: &Ask<'_>,
     ) -> Result<Capability, Error> {
-        let body = CapabilityRequest {
-            action: action.to_owned(),
-            resource: resource.to_owned(),
+        let mut body = CapabilityRequest {
             ttl: ask.ttl.map(str::to_owned),
             hold: ask.hold.map(str::to_owned),
             slot: ask.slot.map(str::to_owned),
+            arguments: ask.arguments.cloned(),
+            ..CapabilityRequest::new(action, resource)
         };
-        let r: CapabilityResponse = self
-            .send("/v1/capabilities", Some(&body), Bearer::Run)
-            .await?;
-        Ok(Capability::new(r, action, resource))
+        let pending = match self
+            .send::<_, Asked>("/v1/capabilities", Some(&body), Bearer::Run)
+            .await?
+        {
+            Asked::Issued(r) => return Ok(Capability::new(r, action, resource)),
+            Asked::Pending(p) => p,
+        };
+        let id = pending.approval_id;
+        let Some(limit) = ask.wait_for_approval else {
+            return Err(approval_error(
+                "approval_pending",
+                &id,
+                format!(
+                    "approval {id} is pending (approvers: {}); it expires at {}",
+                    pending
+                        .approvers
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    pending.expires_at
+                ),
+            ));
+        };
+        let approval = self.wait_for_approval(&id, limit, ask.on_approval).await?;
+        let code = match approval.status {
+            ApprovalStatus::Approved => None,
+            ApprovalStatus::Pending => Some("approval_pending"),
+            ApprovalStatus::Denied => Some("approval_denied"),
+            ApprovalStatus::Expired | ApprovalStatus::Cancelled => Some("approval_expired"),
+        };
+        if let Some(code) = code {
+            let why = approval
+                .decisions
+                .iter()
+                .rev()
+                .find_map(|d| d.comment.clone())
+                .map(|c| format!(": {c}"))
+                .unwrap_or_default();
+            return Err(approval_error(
+                code,
+                &id,
+                format!("approval {id} is {}{why}", approval.status.as_str()),
+            ));
+        }
+        body.approval_id = Some(id);
+        match self
+            .send::<_, Asked>("/v1/capabilities", Some(&body), Bearer::Run)
+            .await?
+        {
+            Asked::Issued(r) => Ok(Capability::new(r, action, resource)),
+            Asked::Pending(p) => Err(Error::Protocol(format!(
+                "the broker answered 202 (approval {}) to the redemption of an approved request",
+                p.approval_id
+            ))),
+        }
+    }
+
+    /// The approval `id` of this run, as it stands now.
+    pub async fn approval(&self, id: &str) -> Result<Approval, Error> {
+        self.get_approval(id, None).await
+    }
+
+    /// Waits up to `limit` for approval `id` to be decided (long-polling the
+    /// broker); returns it as last seen, pending if the time ran out.
+    pub async fn wait_for_approval(
+        &self,
+        id: &str,
+        limit: Duration,
+        on_status: Option<&(dyn Fn(&Approval) + Sync)>,
+    ) -> Result<Approval, Error> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut seen: Option<ApprovalStatus> = None;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // The first read does not wait: the caller hears "pending" at once.
+            let wait = seen.map(|_| left.min(APPROVAL_POLL));
+            let approval = self.get_approval(id, wait).await?;
+            if seen != Some(approval.status) {
+                seen = Some(approval.status);
+                tracing::info!(approval = id, status = approval.status.as_str(), "approval");
+                if let Some(f) = on_status {
+                    f(&approval);
+                }
+            }
+            if approval.status != ApprovalStatus::Pending || left.is_zero() {
+                return Ok(approval);
+            }
+        }
+    }
+
+    async fn get_approval(&self, id: &str, wait: Option<Duration>) -> Result<Approval, Error> {
+        if id.len() != 36 || !id.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-') {
+            return Err(Error::Config("not an approval id".into()));
+        }
+        let mut path = format!("/v1/approvals/{id}");
+        if let Some(w) = wait {
+            // Whole seconds (the broker's duration grammar), at least one.
+            path.push_str(&format!("?wait={}s", w.as_secs().max(1)));
+        }
+        let inner = &self.inner;
+        let mut req = inner
+            .http
+            .get(format!("{}{path}", inner.base))
+            .bearer_auth(inner.run_token.expose_secret());
+        if let Some(w) = wait {
+            // The answer is held for up to `w`: give the request that much more.
+            req = req.timeout(inner.timeout + w);
+        }
+        match req.send().await {
+            Ok(resp) => decode(resp).await,
+            Err(e) => Err(Error::Unavailable {
+                code: None,
+                message: format!("asking {} about approval {id}: {}", inner.base, short(&e)),
+                request_id: None,
+            }),
+        }
     }
 
     /// Exchanges a capability for the downstream credential (one use).

@@ -31,6 +31,8 @@ pub struct Capability {
     pub uses: u32,
     /// RFC 3339: when its hold lapses unless renewed (asked for with a hold).
     pub lapses_at: Option<String>,
+    /// The `args` claim: hash of the arguments it was issued (approved) for.
+    pub args: Option<String>,
 }
 
 impl Capability {
@@ -43,6 +45,7 @@ impl Capability {
             expires_at: r.expires_at,
             uses: r.uses,
             lapses_at: r.lapses_at,
+            args: r.args,
         }
     }
 

@@ -19,9 +19,17 @@ pub enum Error {
         message: String,
         request_id: String,
     },
-    /// A permitting policy requires a human approval first.
-    #[error("a human approval is required (request {request_id}): {message}")]
-    ApprovalRequired { message: String, request_id: String },
+    /// A human approval is needed and was not given: denied (`approval_denied`),
+    /// expired or cancelled (`approval_expired`), still pending when the wait ran
+    /// out (`approval_pending`), or it no longer fits (`approval_mismatch`,
+    /// `approval_redeemed`). `approval_id` names it where known.
+    #[error("no human approval ({code}, request {request_id}): {message}")]
+    ApprovalRequired {
+        code: String,
+        approval_id: Option<String>,
+        message: String,
+        request_id: String,
+    },
     /// Over a rate limit; the broker said when to come back.
     #[error("rate limited; retry after {retry_after:?} (request {request_id})")]
     RateLimited {
@@ -76,8 +84,8 @@ impl Error {
             Error::Denied { code, .. }
             | Error::Expired { code, .. }
             | Error::Unauthenticated { code, .. }
-            | Error::Rejected { code, .. } => Some(code),
-            Error::ApprovalRequired { .. } => Some(crate::ErrorCode::ApprovalRequired.as_str()),
+            | Error::Rejected { code, .. }
+            | Error::ApprovalRequired { code, .. } => Some(code),
             Error::RateLimited { .. } => Some(crate::ErrorCode::RateLimited.as_str()),
             Error::Unavailable { code, .. } => code.as_deref(),
             Error::Config(_) | Error::Protocol(_) => None,
@@ -99,7 +107,15 @@ impl Error {
                 message,
                 request_id,
             },
-            Some(C::ApprovalRequired) => Error::ApprovalRequired {
+            Some(
+                C::ApprovalPending
+                | C::ApprovalDenied
+                | C::ApprovalExpired
+                | C::ApprovalMismatch
+                | C::ApprovalRedeemed,
+            ) => Error::ApprovalRequired {
+                code,
+                approval_id: None,
                 message,
                 request_id,
             },

@@ -93,8 +93,32 @@ codes! {
     WildcardNotCovered = "wildcard_not_covered",
     /// (403) At `/v1/exchange`: the policy in force would no longer issue this capability (denied, approval now required, or a shorter ttl or fewer uses than it holds); it has been revoked with its leases.
     PolicyChanged = "policy_changed",
-    /// (403) A permitting policy requires a human approval, which this broker does not offer yet.
-    ApprovalRequired = "approval_required",
+    /// (409) `approval_id` names an approval that is still pending: wait for it (`GET /v1/approvals/{id}?wait=30s`).
+    ApprovalPending = "approval_pending",
+    /// (403) `approval_id` names an approval that an approver or an administrator denied.
+    ApprovalDenied = "approval_denied",
+    /// (403) `approval_id` names an approval that expired (nobody decided in time, or it was not redeemed in time) or was cancelled when its run ended.
+    ApprovalExpired = "approval_expired",
+    /// (403) `approval_id` names an approval for another run, action, resource or arguments, or one that another policy now gates: ask again without it for a new approval.
+    ApprovalMismatch = "approval_mismatch",
+    /// (409) `approval_id` names an approval whose capability was already issued: an approval is redeemed once.
+    ApprovalRedeemed = "approval_redeemed",
+    /// (404) No approval with that id that this caller may see.
+    UnknownApproval = "unknown_approval",
+    /// (403) Four-eyes: an approver cannot approve a request made for their own user.
+    SelfApproval = "self_approval",
+    /// (403) This approver is not one the approval's rule names (not in the group, not the user).
+    NotAnApprover = "not_an_approver",
+    /// (409) The approval is no longer pending (approved, denied, expired or cancelled).
+    ApprovalDecided = "approval_decided",
+    /// (409) This approver's user has already approved it; `2 of` needs another person.
+    AlreadyVoted = "already_voted",
+    /// (400) `arguments` is not a JSON object, has a fraction or an integer beyond 2^53, is larger than 16 KiB or deeper than 16 levels, or does not match what the policy schema declares for this action's `context.arguments`.
+    InvalidArguments = "invalid_arguments",
+    /// (409) An approver with this name exists.
+    ApproverExists = "approver_exists",
+    /// (404) No approver with that id.
+    UnknownApprover = "unknown_approver",
     /// (403) The run has been ended; nothing more is issued or exchanged for it.
     RunEnded = "run_ended",
     /// (403) The run has expired.

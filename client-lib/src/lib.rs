@@ -39,6 +39,8 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod approval_types;
+pub mod arguments;
 pub mod error_code;
 #[cfg(feature = "openapi")]
 pub mod schema;

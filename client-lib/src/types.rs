@@ -5,6 +5,7 @@
 //! Request types reject unknown fields, so a typo in a field name is a 400 instead
 //! of a silently ignored constraint.
 
+pub use crate::approval_types::*;
 pub use crate::error_code::ErrorCode;
 #[cfg(feature = "openapi")]
 pub use crate::schema::DurationSchema;
@@ -121,6 +122,35 @@ pub struct CapabilityRequest {
         schema(pattern = "^[!-~]+$", min_length = 1, max_length = 640)
     )]
     pub slot: Option<String>,
+    /// What exactly will be done, as a JSON object (for a deploy: service, commit, environment). Canonicalised (RFC 8785) and hashed: the capability carries the hash as claim `args`, an approver sees the arguments in full, and the policy sees them as `context.arguments` (typed by the schema of the action). Numbers must be integers of magnitude below 2^53; at most 16 KiB in canonical form, 16 levels deep. `null` is the same as leaving it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub arguments: Option<serde_json::Value>,
+    /// Redeem this approval (from an earlier 202): the request must be the same run, action, resource and arguments. `null` is the same as leaving it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            format = "uuid"
+        )
+    )]
+    pub approval_id: Option<String>,
+}
+
+impl CapabilityRequest {
+    /// A request for `action` on `resource` with nothing else asked.
+    pub fn new(action: impl Into<String>, resource: impl Into<String>) -> Self {
+        CapabilityRequest {
+            action: action.into(),
+            resource: resource.into(),
+            ttl: None,
+            hold: None,
+            slot: None,
+            arguments: None,
+            approval_id: None,
+        }
+    }
 }
 
 /// `POST /v1/capabilities` 201 response.
@@ -147,6 +177,10 @@ pub struct CapabilityResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub lapses_at: Option<String>,
+    /// With arguments: their hash, as in the token's `args` claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub args: Option<String>,
 }
 
 impl std::fmt::Debug for CapabilityResponse {
@@ -157,6 +191,7 @@ impl std::fmt::Debug for CapabilityResponse {
             .field("expires_at", &self.expires_at)
             .field("uses", &self.uses)
             .field("lapses_at", &self.lapses_at)
+            .field("args", &self.args)
             .finish()
     }
 }
@@ -198,6 +233,10 @@ pub struct ExchangeResponse {
     pub expires_at: String,
     /// Exchanges the capability still allows.
     pub uses_left: u32,
+    /// The capability's `args` claim: the hash of the arguments it was issued (approved) for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub args: Option<String>,
     #[serde(flatten)]
     pub fields: BTreeMap<String, serde_json::Value>,
 }
@@ -209,6 +248,7 @@ impl std::fmt::Debug for ExchangeResponse {
             .field("lease_id", &self.lease_id)
             .field("expires_at", &self.expires_at)
             .field("uses_left", &self.uses_left)
+            .field("args", &self.args)
             .field("fields", &"[redacted]")
             .finish()
     }
@@ -251,9 +291,13 @@ pub struct RevokedCounts {
     pub capabilities: u64,
     #[cfg_attr(feature = "openapi", schema(minimum = 0, format = "uint64"))]
     pub leases: u64,
-    /// Pending approvals cancelled (always 0: this broker does not offer approvals yet).
+    /// Downstream removals queued for the revocation worker.
     #[cfg_attr(feature = "openapi", schema(minimum = 0, format = "uint64"))]
     pub pending: u64,
+    /// Approvals of the run still pending (or approved and not redeemed), cancelled.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, format = "uint64"))]
+    pub approvals: u64,
 }
 
 /// `POST /v1/capabilities/renew` body (run token): the held capabilities to renew.
@@ -725,6 +769,10 @@ pub struct CapabilityClaims {
     /// Optional proof-of-possession confirmation (e.g. `jkt`); absent when not bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cnf: Option<serde_json::Value>,
+    /// SHA-256 (hex) of the RFC 8785 canonical form of the arguments the capability was issued for (approved for, when an approval gated it); absent when it was asked for without arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub args: Option<String>,
 }
 
 /// The claims of an access token from a `token` backend (`typ` `at+jwt`,
@@ -767,6 +815,10 @@ pub struct AccessTokenClaims {
         )
     )]
     pub cap: String,
+    /// The capability's `args` claim: the hash of the arguments it was issued for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub args: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1092,6 +1144,7 @@ mod tests {
             res: "svc:a".into(),
             uses: 3,
             cnf: None,
+            args: None,
         };
         let live = IntrospectResponse::Capability(CapabilityIntrospection {
             active: true,

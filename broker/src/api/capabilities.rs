@@ -4,8 +4,9 @@
 //! 1. the run token names a run (its ended/expired state is re-checked in step 5);
 //! 2. action and resource are validated against the backend kind's grammar, and
 //!    the action against the schema, before policy sees them;
-//! 3. Cedar decides; a deny or an approval-gated permit is audited and refused
-//!    (the sandbox learns the code, never which policy said no);
+//! 3. Cedar decides; a deny is audited and refused (the sandbox learns the
+//!    code, never which policy said no); an approval-gated permit opens an
+//!    approval (202) or, with `approval_id`, redeems an approved one;
 //! 4. the effective ttl/uses/rate are the strictest of the satisfied permits,
 //!    bounded by the server caps and by the run's own expiry;
 //! 5. the capability row, the rate-limit charge and the audit row commit together
@@ -25,6 +26,7 @@ use crate::keys::jwt;
 use crate::policy::admit;
 use crate::policy::effective::Effective;
 use crate::policy::PolicyDecision;
+use crate::store::approvals::{self, ApprovalRecord};
 use crate::store::capabilities::{
     CapabilityRecord, HeldCapability, IssueCapability, IssueOutcome, RateCharge, RevokeCapability,
     Revoker,
@@ -33,13 +35,14 @@ use crate::store::holds::RenewHolds;
 use crate::store::runs::{RunRecord, RunState};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::{
-    CapabilityRequest, CapabilityResponse, RenewHoldsRequest, RenewHoldsResponse, RenewedHold,
-    RevokeCapabilityResponse,
+    ApprovalPending, ApprovalStatus, CapabilityRequest, CapabilityResponse, RenewHoldsRequest,
+    RenewHoldsResponse, RenewedHold, RevokeCapabilityResponse,
 };
 
 fn rate_charge(bucket: String, rate: &Rate) -> RateCharge {
@@ -52,9 +55,11 @@ fn rate_charge(bucket: String, rate: &Rate) -> RateCharge {
 }
 
 refusals!(RequestCapabilityRefusals {
-    400 => [InvalidRequest, InvalidJson, InvalidAction, InvalidResource, UnknownBackend, InvalidTtl, UnknownAction, InvalidHold, InvalidSlot],
+    400 => [InvalidRequest, InvalidJson, InvalidAction, InvalidResource, UnknownBackend, InvalidTtl, UnknownAction, InvalidHold, InvalidSlot, InvalidArguments],
     401 => [Unauthenticated],
-    403 => [CapabilityDenied, WildcardOverlapsForbid, WildcardOverlapsApproval, WildcardNotCovered, ApprovalRequired, RunEnded, RunExpired],
+    403 => [CapabilityDenied, WildcardOverlapsForbid, WildcardOverlapsApproval, WildcardNotCovered, ApprovalDenied, ApprovalExpired, ApprovalMismatch, RunEnded, RunExpired],
+    404 => [UnknownApproval],
+    409 => [ApprovalPending, ApprovalRedeemed],
     413 => [BodyTooLarge],
     415 => [UnsupportedMediaType],
     429 => [RateLimited],
@@ -71,9 +76,16 @@ refusals!(RequestCapabilityRefusals {
 /// with a wildcard (`*`; for `aws-sts` also `?`) is a set: it is issued only if some permit
 /// holds for every member and no forbid and no `@approval` permit could hold for any member,
 /// else it is refused with `wildcard_overlaps_forbid`, `wildcard_overlaps_approval` or
-/// `wildcard_not_covered` (docs/policy.md). Denials and approval-gated permits are audited. The
-/// capability (an EdDSA JWT, `typ` `tsr-cap+jwt`) is returned only after its record, the
-/// rate-limit charge and the audit row are committed.
+/// `wildcard_not_covered` (docs/policy.md). Denials are audited. The capability (an EdDSA JWT,
+/// `typ` `tsr-cap+jwt`) is returned only after its record, the rate-limit charge and the audit
+/// row are committed.
+///
+/// When a satisfied permit carries `@approval`, the answer is 202 with an approval bound to the
+/// run, action, resource and `arguments` (RFC 8785 canonical form, hashed); the same request
+/// while it is open gets the same approval. Once approvers approve it
+/// (`GET /v1/approvals/{id}?wait=30s` tells), the same request with `approval_id` redeems it
+/// for one capability carrying the arguments' hash as claim `args`, single-use unless the
+/// policy's `@uses` says otherwise (docs/approvals.md).
 #[utoipa::path(
     post,
     path = "/v1/capabilities",
@@ -83,6 +95,7 @@ refusals!(RequestCapabilityRefusals {
     request_body(content = CapabilityRequest, example = json!({"action": "read", "resource": "svc-reports:reports/q1", "ttl": "5m"})),
     responses(
         (status = 201, description = "Capability issued.", body = CapabilityResponse),
+        (status = 202, description = "A human must approve first: the approval to wait for.", body = ApprovalPending),
         RequestCapabilityRefusals,
     ),
 )]
@@ -91,7 +104,7 @@ pub async fn request(
     RunCaller(run): RunCaller,
     RequestId(rid): RequestId,
     ApiJson(req): ApiJson<CapabilityRequest>,
-) -> Result<(StatusCode, Json<CapabilityResponse>), ApiError> {
+) -> Result<Response, ApiError> {
     let now = app.clock.now();
     let state = run.state(now);
     if state != RunState::Active {
@@ -123,8 +136,29 @@ pub async fn request(
         }
     }
 
-    let policy_request =
-        crate::reauthorize::policy_request(&run, &req.action, &res, requested_ttl, now);
+    let arguments = req
+        .arguments
+        .as_ref()
+        .map(tessera_client::arguments::canonical)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidArguments, e.to_string()))?;
+    if let Some(id) = &req.approval_id {
+        if !is_id(id) {
+            return Err(refusals::unknown_approval());
+        }
+    }
+    let policy_request = crate::reauthorize::policy_request(
+        &run,
+        &req.action,
+        &res,
+        requested_ttl,
+        now,
+        req.arguments.as_ref(),
+    );
+    policy.check_arguments(&policy_request).map_err(|e| {
+        let e: String = e.chars().take(300).collect();
+        ApiError::bad_request(ErrorCode::InvalidArguments, e)
+    })?;
     let decision = policy.decide(&policy_request);
     let mut audit = AuditEvent::new(
         events::CAPABILITY_ISSUED,
@@ -165,17 +199,65 @@ pub async fn request(
             constraints,
         } => (policies, constraints),
     };
-    if let Some(p) = &constraints.approval {
-        audit.event = events::CAPABILITY_DENIED;
-        audit.decision = "deny";
-        audit.reason = Some("approval_required".into());
-        audit.detail = Some(format!("policy={p}"));
-        app.metrics.capability("approval_required");
-        let refusal = ApiError::forbidden(
-            ErrorCode::ApprovalRequired,
-            "this capability needs a human approval, which this broker does not offer yet",
-        );
-        return Err(record_refusal(&app, &run, audit, refusal).await);
+    let args_hash = arguments
+        .as_deref()
+        .map(tessera_client::arguments::hash_canonical);
+    let mut bound = Bound {
+        arguments,
+        args_hash,
+        approval: None,
+    };
+    if let Some(policy_id) = &constraints.approval {
+        let approvers = constraints.approvers();
+        let canonical = bound.arguments.clone().unwrap_or_else(|| "{}".to_owned());
+        let args_hash = tessera_client::arguments::hash_canonical(&canonical);
+        let Some(approval_id) = &req.approval_id else {
+            let record = ApprovalRecord {
+                id: new_id(),
+                run_id: run.id.clone(),
+                action: req.action.clone(),
+                resource: req.resource.clone(),
+                arguments: canonical,
+                args_hash,
+                policy: policy_id.clone(),
+                approvers,
+                status: ApprovalStatus::Pending,
+                created_at: now,
+                expires_at: (now + constraints.approval_ttl().as_secs() as i64).min(run.expires_at),
+                decided_at: None,
+                capability_id: None,
+            };
+            return super::approvals::open(&app, &run, record, audit).await;
+        };
+        let found = approvals::get(&app.store, approval_id)
+            .await?
+            .filter(|v| v.record.run_id == run.id);
+        let refusal = match &found {
+            None => Some(refusals::unknown_approval()),
+            Some(v) => {
+                let r = &v.record;
+                let same = r.action == req.action
+                    && r.resource == req.resource
+                    && r.args_hash == args_hash
+                    && r.approvers == approvers;
+                match r.status_at(now) {
+                    _ if !same => Some(refusals::approval_mismatch()),
+                    ApprovalStatus::Approved if r.capability_id.is_none() => None,
+                    status => Some(refusals::redemption(status)),
+                }
+            }
+        };
+        if let Some(refusal) = refusal {
+            audit.event = events::CAPABILITY_DENIED;
+            audit.decision = "deny";
+            audit.reason = Some(refusal.code.as_str().to_owned());
+            audit.detail = Some(format!("approval={approval_id}"));
+            app.metrics.capability("refused");
+            return Err(record_refusal(&app, &run, audit, refusal).await);
+        }
+        bound.args_hash = Some(args_hash);
+        bound.arguments = Some(canonical);
+        bound.approval = Some((approval_id.clone(), approvers));
     }
 
     let issued = sign_and_record(
@@ -186,6 +268,7 @@ pub async fn request(
         &policies,
         &constraints,
         (requested_ttl, hold),
+        bound,
         now,
         audit,
     )
@@ -195,7 +278,16 @@ pub async fn request(
         Err(e) if e.code == ErrorCode::RateLimited => app.metrics.capability("rate_limited"),
         Err(_) => app.metrics.capability("refused"),
     }
-    issued
+    issued.map(IntoResponse::into_response)
+}
+
+/// What a capability is bound to beyond its action and resource.
+struct Bound {
+    /// The canonical arguments and their hash.
+    arguments: Option<String>,
+    args_hash: Option<String>,
+    /// The approval redeemed for it, and the gates it met.
+    approval: Option<(String, String)>,
 }
 
 /// Shortest and longest hold: renewals come every third of it, so a shorter
@@ -247,13 +339,19 @@ async fn sign_and_record(
     policies: &[String],
     constraints: &crate::policy::Constraints,
     (requested_ttl, hold_secs): (Option<Duration>, Option<i64>),
+    bound: Bound,
     now: i64,
     mut audit: AuditEvent,
 ) -> Result<(StatusCode, Json<CapabilityResponse>), ApiError> {
     // One rule for what a capability gets, shared with `tessera policy explain/test`.
     let effective = Effective::new(constraints, &app.config.limits, requested_ttl);
     let expires_at = (now + effective.ttl.value.as_secs() as i64).min(run.expires_at);
-    let uses = effective.uses.value;
+    // An approved capability is single-use unless a permit's @uses says otherwise.
+    let uses = if bound.approval.is_some() && constraints.uses.is_none() {
+        1
+    } else {
+        effective.uses.value
+    };
     let mut rate = vec![server_rate(app, run)];
     if let Some((r, policy_id)) = &constraints.rate {
         rate.push(rate_charge(format!("run:{}:policy:{policy_id}", run.id), r));
@@ -276,12 +374,19 @@ async fn sign_and_record(
         res: req.resource.clone(),
         uses,
         cnf: None,
+        args: bound.args_hash.clone(),
     };
     let token = jwt::encode(&keys.active, CAPABILITY_TYP, &claims);
     audit.capability_id = Some(jti.clone());
     let mut extra = hold_secs.map(|h| format!(" hold={h}s")).unwrap_or_default();
     if req.slot.is_some() {
         extra.push_str(" slot=yes");
+    }
+    if let Some(h) = &bound.args_hash {
+        extra.push_str(&format!(" args={h}"));
+    }
+    if let Some((id, _)) = &bound.approval {
+        extra.push_str(&format!(" approval={id}"));
     }
     audit.detail = Some(format!(
         "policies={} ttl={}s uses={} kid={}{extra}",
@@ -303,6 +408,9 @@ async fn sign_and_record(
         uses,
         hold_secs,
         slot: req.slot.clone(),
+        arguments: bound.arguments,
+        args_hash: bound.args_hash.clone(),
+        approval: bound.approval,
     };
     let held = Arc::new(HeldCapability::from(&record));
     let outcome = app
@@ -326,6 +434,7 @@ async fn sign_and_record(
                     expires_at: rfc3339(expires_at),
                     uses,
                     lapses_at: hold_secs.map(|h| rfc3339(crate::store::holds::lapse_at(now, h))),
+                    args: bound.args_hash,
                 }),
             ))
         }

@@ -206,6 +206,7 @@ pub async fn exchange(
                 lease_id,
                 expires_at: rfc3339(issued.expires_at.min(claims.exp)),
                 uses_left,
+                args: claims.args.clone(),
                 fields: issued.fields,
             }))
         }

@@ -9,8 +9,10 @@
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::ids::{
-    has_secret_shape, sha256_hex, ADMIN_TOKEN_PREFIX, RUNTIME_KEY_PREFIX, RUN_TOKEN_PREFIX,
+    has_secret_shape, sha256_hex, ADMIN_TOKEN_PREFIX, APPROVER_KEY_PREFIX, RUNTIME_KEY_PREFIX,
+    RUN_TOKEN_PREFIX,
 };
+use crate::store::approvers::{self, ApproverRecord};
 use crate::store::runs::{self, RunRecord};
 use crate::store::runtimes::{self, RuntimeRecord};
 use axum::extract::rejection::JsonRejection;
@@ -285,5 +287,44 @@ impl FromRequestParts<AppState> for RunOrAdmin {
             };
         }
         Ok(RunOrAdmin::Run(run_from(app, token).await?))
+    }
+}
+
+/// An approver key: who decides approvals. Never a run token, a runtime key or
+/// the admin token (a separate prefix, a separate table).
+pub struct ApproverCaller(pub Arc<ApproverRecord>);
+
+async fn approver_from(app: &AppState, token: &str) -> Result<Arc<ApproverRecord>, ApiError> {
+    if !has_secret_shape(token, APPROVER_KEY_PREFIX) {
+        return Err(invalid_credential());
+    }
+    let approver = approvers::find_by_key_hash(&app.store, &sha256_hex(token.as_bytes()))
+        .await?
+        .ok_or_else(invalid_credential)?;
+    Ok(Arc::new(approver))
+}
+
+impl FromRequestParts<AppState> for ApproverCaller {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let token = bearer(parts)?;
+        Ok(ApproverCaller(approver_from(app, token).await?))
+    }
+}
+
+/// `GET /v1/approvals/{id}`: the run that asked, or an approver.
+pub enum RunOrApprover {
+    Run(Arc<RunRecord>),
+    Approver(Arc<ApproverRecord>),
+}
+
+impl FromRequestParts<AppState> for RunOrApprover {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let token = bearer(parts)?;
+        if token.starts_with(APPROVER_KEY_PREFIX) {
+            return Ok(RunOrApprover::Approver(approver_from(app, token).await?));
+        }
+        Ok(RunOrApprover::Run(run_from(app, token).await?))
     }
 }

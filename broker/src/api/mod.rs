@@ -19,6 +19,7 @@
 //! every response passes [`middleware::request_context`].
 
 pub mod admin;
+pub mod approvals;
 pub mod audit;
 pub mod capabilities;
 pub mod discovery;
@@ -55,6 +56,16 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(capabilities::request))
         .routes(routes!(capabilities::renew))
         .routes(routes!(capabilities::revoke))
+        .routes(routes!(approvals::show))
+        .routes(routes!(approvals::list_mine))
+        .routes(routes!(approvals::approve))
+        .routes(routes!(approvals::deny))
+        .routes(routes!(approvals::admin_list))
+        .routes(routes!(approvals::admin_show))
+        .routes(routes!(approvals::admin_deny))
+        .routes(routes!(approvals::create_approver))
+        .routes(routes!(approvals::list_approvers))
+        .routes(routes!(approvals::revoke_approver))
         .routes(routes!(exchange::exchange))
         .routes(routes!(introspect::introspect))
         .routes(routes!(discovery::jwks))

@@ -118,14 +118,14 @@ pub struct RuntimeNamePath {
     tags(
         (name = "runs"), (name = "capabilities"), (name = "exchange"), (name = "introspection"),
         (name = "keys"), (name = "admin"), (name = "runtimes"), (name = "leases"),
-        (name = "policy"), (name = "audit"), (name = "operations"),
+        (name = "policy"), (name = "audit"), (name = "operations"), (name = "approvals"),
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCode)),
     modifiers(&Credentials),
 )]
 struct Contract;
 
-/// The three bearer credentials.
+/// The four bearer credentials.
 struct Credentials;
 
 impl Modify for Credentials {
@@ -144,6 +144,11 @@ impl Modify for Credentials {
             (
                 "adminToken",
                 "Admin token `tsr_adm_` + 43 base64url characters.",
+            ),
+            (
+                "approverKey",
+                "Approver key `tsr_apr_` + 43 base64url characters, minted by \
+                 `POST /v1/admin/approvers` or `tessera approvers create`.",
             ),
         ] {
             let scheme = HttpBuilder::new()

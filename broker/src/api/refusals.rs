@@ -11,10 +11,11 @@ use crate::backends::BackendError;
 use crate::capability::TokenError;
 use crate::error::ApiError;
 use crate::policy::DenyRule;
+use crate::store::approvals::Decided;
 use crate::store::capabilities::{ConsumeOutcome, IssueOutcome};
 use crate::store::runs::RunState;
 use axum::http::StatusCode;
-use tessera_client::types::ErrorCode;
+use tessera_client::types::{ApprovalStatus, ErrorCode};
 
 /// A run that is not active.
 pub fn run_inactive(state: RunState) -> ApiError {
@@ -68,7 +69,71 @@ pub fn issuance(outcome: IssueOutcome) -> ApiError {
         IssueOutcome::RateLimited { retry_after_us } => {
             ApiError::rate_limited((retry_after_us as u64).div_ceil(1_000_000))
         }
+        IssueOutcome::ApprovalUnavailable => ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorCode::ApprovalRedeemed,
+            "the approval was redeemed, expired or cancelled meanwhile",
+        ),
         IssueOutcome::Issued | IssueOutcome::Denied => ApiError::internal(),
+    }
+}
+
+/// Why an approval cannot be redeemed (`approval_id` on a capability request).
+pub fn redemption(status: ApprovalStatus) -> ApiError {
+    match status {
+        ApprovalStatus::Pending => ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorCode::ApprovalPending,
+            "the approval is still pending; wait for it (GET /v1/approvals/{id}?wait=30s)",
+        ),
+        ApprovalStatus::Denied => {
+            ApiError::forbidden(ErrorCode::ApprovalDenied, "the approval was denied")
+        }
+        ApprovalStatus::Expired | ApprovalStatus::Cancelled => ApiError::forbidden(
+            ErrorCode::ApprovalExpired,
+            "the approval expired or was cancelled; ask again for a new one",
+        ),
+        ApprovalStatus::Approved => ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorCode::ApprovalRedeemed,
+            "the approval was already redeemed: an approval yields one capability",
+        ),
+    }
+}
+
+/// An `approval_id` for another request than this one.
+pub fn approval_mismatch() -> ApiError {
+    ApiError::forbidden(
+        ErrorCode::ApprovalMismatch,
+        "the approval is for another run, action, resource or arguments, or other approvers; \
+         ask without approval_id for a new approval",
+    )
+}
+
+/// No approval the caller may see by that id.
+pub fn unknown_approval() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        ErrorCode::UnknownApproval,
+        "no such approval",
+    )
+}
+
+/// A decision that cannot be recorded.
+pub fn decision(outcome: &Decided) -> ApiError {
+    match outcome {
+        Decided::Unknown => unknown_approval(),
+        Decided::AlreadyDecided(status) => ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorCode::ApprovalDecided,
+            format!("the approval is {}", status.as_str()),
+        ),
+        Decided::AlreadyVoted => ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorCode::AlreadyVoted,
+            "this user has already decided on this approval",
+        ),
+        Decided::Recorded(_) => ApiError::internal(),
     }
 }
 

@@ -25,6 +25,15 @@ pub const KEY_CREATED: &str = "key.created";
 pub const KEY_ROTATED: &str = "key.rotated";
 pub const RUNTIME_CREATED: &str = "runtime.created";
 pub const RUNTIME_DISABLED: &str = "runtime.disabled";
+/// A permit with `@approval` held: an approval was opened for the request.
+pub const APPROVAL_REQUESTED: &str = "approval.requested";
+/// An approver approved, and the gates are not yet met (`2 of`).
+pub const APPROVAL_VOTED: &str = "approval.voted";
+pub const APPROVAL_APPROVED: &str = "approval.approved";
+pub const APPROVAL_DENIED: &str = "approval.denied";
+pub const APPROVAL_EXPIRED: &str = "approval.expired";
+pub const APPROVER_CREATED: &str = "approver.created";
+pub const APPROVER_REVOKED: &str = "approver.revoked";
 
 /// Every event, for documentation checks and filters.
 pub const ALL: &[&str] = &[
@@ -48,6 +57,13 @@ pub const ALL: &[&str] = &[
     KEY_ROTATED,
     RUNTIME_CREATED,
     RUNTIME_DISABLED,
+    APPROVAL_REQUESTED,
+    APPROVAL_VOTED,
+    APPROVAL_APPROVED,
+    APPROVAL_DENIED,
+    APPROVAL_EXPIRED,
+    APPROVER_CREATED,
+    APPROVER_REVOKED,
 ];
 
 #[cfg(test)]

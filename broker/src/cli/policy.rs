@@ -111,6 +111,9 @@ pub struct ExplainArgs {
     /// Evaluation time, RFC 3339 (default: now).
     #[arg(long)]
     pub now: Option<String>,
+    /// The request's arguments, a JSON object (`context.arguments`).
+    #[arg(long, value_name = "JSON")]
+    pub arguments: Option<String>,
     /// Policy directory.
     #[arg(long, default_value = "policy")]
     pub dir: PathBuf,
@@ -289,6 +292,11 @@ fn explain(args: ExplainArgs) -> Result<ExitCode, String> {
         runtime: args.runtime,
         requested_ttl,
         now_unix,
+        arguments: args
+            .arguments
+            .as_deref()
+            .map(|a| serde_json::from_str(a).map_err(|e| format!("--arguments: {e}")))
+            .transpose()?,
     };
     let request = engine
         .simulate(spec, &backends)

@@ -10,9 +10,11 @@
 //! store, keys, limits, TLS, HTTP, audit); each `[backends.NAME]` table is
 //! resolved by its kind (`backends::settings`), and the result is assembled here.
 
+pub mod approvals;
 pub mod audit;
 pub mod http;
 
+pub use approvals::ApprovalsConfig;
 pub use audit::AuditConfig;
 pub use http::{AllowedHosts, HttpConfig};
 // Owned by the backend kinds and the settings leaf; named here too because the
@@ -51,6 +53,8 @@ struct RawConfig {
     http: http::RawHttp,
     #[serde(default)]
     audit: audit::RawAudit,
+    #[serde(default)]
+    approvals: approvals::RawApprovals,
     #[serde(default)]
     /// Each table is parsed by its `kind` (each kind has its own keys).
     backends: BTreeMap<String, RawTable>,
@@ -177,6 +181,7 @@ pub struct Config {
     pub tls: Option<TlsConfig>,
     pub http: HttpConfig,
     pub audit: AuditConfig,
+    pub approvals: ApprovalsConfig,
     pub backends: BTreeMap<String, BackendConfig>,
 }
 
@@ -352,6 +357,9 @@ impl Config {
         let tls = p.take(resolve_tls(raw.tls, env)).flatten();
         let http = p.take(http::resolve(raw.http, listen));
         let audit = p.take(audit::resolve(raw.audit, o.dev, &data_dir));
+        let approvals = p
+            .take(approvals::resolve(raw.approvals))
+            .unwrap_or_default();
         let mut backends = BTreeMap::new();
         for (name, table) in raw.backends {
             let setting = format!("backends.{name}");
@@ -381,6 +389,14 @@ impl Config {
                     actions: None,
                 }),
             );
+            // …and one whose example permit needs a human approval.
+            backends.insert(
+                "deployer".to_owned(),
+                BackendConfig::Token(crate::backends::token::TokenConfig {
+                    audience: "https://deployer.internal".to_owned(),
+                    actions: None,
+                }),
+            );
         }
         Ok(Config {
             dev: o.dev,
@@ -399,6 +415,7 @@ impl Config {
             tls,
             http,
             audit,
+            approvals,
             backends,
         })
     }

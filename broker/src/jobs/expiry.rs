@@ -9,6 +9,7 @@
 //! revokes every capability whose hold lapsed (`store::holds`).
 
 use crate::app::App;
+use crate::store::approvals::ExpireApprovals;
 use crate::store::holds::LapseHolds;
 use crate::store::runs::ExpireRuns;
 use crate::store::writer::WriteOp;
@@ -26,6 +27,12 @@ pub async fn sweep(app: &App) -> Result<usize, StoreError> {
     let lapsed = in_batches(app, || LapseHolds { limit: BATCH }).await?;
     if lapsed > 0 {
         tracing::info!(capabilities = lapsed, "lapsed holds revoked");
+    }
+    let expired = in_batches(app, || ExpireApprovals { limit: BATCH }).await?;
+    if expired > 0 {
+        tracing::info!(approvals = expired, "approvals expired");
+        app.approvals_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
     }
     crate::jobs::revocation::reap_expired_leases(app).await?;
     if ended + lapsed > 0 {

@@ -8,6 +8,7 @@
 //! | [`keys`] | picks up signing keys another replica rotated | every 5 s |
 //! | [`policy`] | reloads the policy on SIGHUP and, with `policy_watch_interval`, when its files change | on signal / interval |
 //! | audit checkpoints (`audit::checkpoint`) | signs the head and hands it to the witnesses | `[audit]` settings |
+//! | [`webhooks`] | announces pending approvals from the outbox | woken by every new approval, else every second |
 //!
 //! Why one place: each job is a loop that must survive a store outage (log,
 //! retry next tick) and some must finish or hand back their work at shutdown;
@@ -18,6 +19,7 @@ pub mod expiry;
 pub mod keys;
 pub mod policy;
 pub mod revocation;
+pub mod webhooks;
 
 use crate::app::AppState;
 use std::time::Duration;
@@ -46,6 +48,7 @@ pub fn start(app: &AppState) -> Running {
     }
     tokio::spawn(warn_unsafe_defaults(app.clone()));
     tokio::spawn(crate::audit::checkpoint::run_witness(app.clone()));
+    tokio::spawn(webhooks::run(app.clone()));
     Running {
         app: app.clone(),
         revocation_worker: tokio::spawn(revocation::run(app.clone())),

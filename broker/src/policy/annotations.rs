@@ -1,11 +1,11 @@
 //! Tessera's policy annotations: `@id`, `@description`, and the constraints `@ttl`,
-//! `@uses`, `@rate`, `@approval` that ride on permit policies.
+//! `@uses`, `@rate`, `@approval` (with `@approval_ttl`) that ride on permit policies.
 //!
 //! Why: constraints are part of the policy an administrator reviews, so they live next
 //! to the permit they qualify, and a typo must fail the load rather than silently
 //! grant an unconstrained capability.
 //!
-//! Invariants: the only keys accepted are the six above; constraint keys only on
+//! Invariants: the only keys accepted are the seven above; constraint keys only on
 //! `permit` policies; every value is parsed strictly at load time (never at request
 //! time); merging keeps the strictest value and the id of the policy that set it, ties
 //! going to the first policy in the (sorted) order merged.
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use cedar_policy::Effect;
 
+use super::approval_gate::{self, ApprovalGate};
 use super::Constraints;
 use crate::grammar::{parse_duration, quote, Rate};
 
@@ -23,7 +24,15 @@ pub(super) const MAX_USES: u32 = 1_000_000;
 const MAX_ID_LEN: usize = 128;
 
 /// Keys a policy may carry.
-const KNOWN_KEYS: [&str; 6] = ["id", "description", "ttl", "uses", "rate", "approval"];
+const KNOWN_KEYS: [&str; 7] = [
+    "id",
+    "description",
+    "ttl",
+    "uses",
+    "rate",
+    "approval",
+    "approval_ttl",
+];
 
 /// Constraints declared by one permit policy.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -31,7 +40,7 @@ pub(super) struct PolicyConstraints {
     pub ttl: Option<Duration>,
     pub uses: Option<u32>,
     pub rate: Option<Rate>,
-    pub approval: bool,
+    pub approval: Option<ApprovalGate>,
 }
 
 /// A bad annotation: which key (to locate it in the source), what, and a hint.
@@ -56,6 +65,8 @@ pub(super) fn parse<'a>(
     annotations: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Parsed {
     let mut out = Parsed::default();
+    let mut approval_ttl: Option<Duration> = None;
+    let mut saw_approval_ttl = false;
     for (key, value) in annotations {
         let mut fail = |message: String, hint: Option<&str>| {
             out.errors.push(AnnotationError {
@@ -64,14 +75,14 @@ pub(super) fn parse<'a>(
                 hint: hint.map(str::to_string),
             });
         };
-        let is_constraint = matches!(key, "ttl" | "uses" | "rate" | "approval");
+        let is_constraint = matches!(key, "ttl" | "uses" | "rate" | "approval" | "approval_ttl");
         if !KNOWN_KEYS.contains(&key) {
             fail(
                 format!(
                     "unknown annotation @{}",
                     key.chars().take(64).collect::<String>()
                 ),
-                Some("allowed: @id, @description, @ttl, @uses, @rate, @approval"),
+                Some("allowed: @id, @description, @ttl, @uses, @rate, @approval, @approval_ttl"),
             );
             continue;
         }
@@ -102,13 +113,42 @@ pub(super) fn parse<'a>(
                 Ok(r) => out.constraints.rate = Some(r),
                 Err(e) => fail(format!("@rate: {e}"), None),
             },
-            "approval" if value == "required" => out.constraints.approval = true,
-            "approval" => fail(
-                format!("@approval: invalid value {}", quote(value)),
-                Some("the only value is @approval(\"required\")"),
-            ),
+            "approval" => match approval_gate::parse_gate(value) {
+                Ok((rule, required)) => {
+                    out.constraints.approval = Some(ApprovalGate {
+                        rule,
+                        required,
+                        ttl: approval_gate::DEFAULT_APPROVAL_TTL,
+                    })
+                }
+                Err(e) => fail(
+                    format!("@approval: {e}"),
+                    Some(
+                        "e.g. @approval(\"group:release-managers\"), @approval(\"2 of group:finance\"), \
+                         @approval(\"user:dana\") or @approval(\"required\") (any approver)",
+                    ),
+                ),
+            },
+            "approval_ttl" => {
+                saw_approval_ttl = true;
+                match approval_gate::parse_ttl(value) {
+                    Ok(d) => approval_ttl = Some(d),
+                    Err(e) => fail(format!("@approval_ttl: {e}"), None),
+                }
+            }
             _ => {} // "description": free text
         }
+    }
+    match (&mut out.constraints.approval, approval_ttl) {
+        (Some(gate), Some(ttl)) => gate.ttl = ttl,
+        (None, _) if saw_approval_ttl && effect == Effect::Permit => {
+            out.errors.push(AnnotationError {
+                key: "approval_ttl".into(),
+                message: "@approval_ttl without @approval".into(),
+                hint: Some("it says how long an approval may wait; add @approval(…)".into()),
+            })
+        }
+        _ => {}
     }
     out
 }
@@ -153,8 +193,11 @@ impl Constraints {
                 self.rate = Some((rate, id.to_string()));
             }
         }
-        if c.approval && self.approval.is_none() {
-            self.approval = Some(id.to_string());
+        if let Some(gate) = &c.approval {
+            if self.approval.is_none() {
+                self.approval = Some(id.to_string());
+            }
+            self.gates.push((id.to_string(), gate.clone()));
         }
     }
 }
@@ -185,7 +228,10 @@ mod tests {
         assert_eq!(p.constraints.ttl, Some(Duration::from_secs(900)));
         assert_eq!(p.constraints.uses, Some(20));
         assert_eq!(p.constraints.rate.map(|r| r.count), Some(60));
-        assert!(p.constraints.approval);
+        assert_eq!(
+            p.constraints.approval.map(|g| (g.rule, g.required)),
+            Some((approval_gate::ApproverRule::Any, 1))
+        );
     }
 
     #[test]
@@ -220,18 +266,42 @@ mod tests {
     }
 
     #[test]
+    fn approval_gates_and_their_ttl() {
+        let p = parsed(
+            Effect::Permit,
+            &[("approval_ttl", "1h"), ("approval", "2 of group:finance")],
+        );
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        let gate = p.constraints.approval.unwrap();
+        assert_eq!(gate.required, 2);
+        assert_eq!(gate.ttl, Duration::from_secs(3600));
+        let alone = parsed(Effect::Permit, &[("approval_ttl", "1h")]);
+        assert_eq!(alone.errors[0].message, "@approval_ttl without @approval");
+        let bad = parsed(
+            Effect::Permit,
+            &[("approval", "group:x"), ("approval_ttl", "5s")],
+        );
+        assert_eq!(bad.errors.len(), 1, "{:?}", bad.errors);
+        assert_eq!(bad.errors[0].key, "approval_ttl");
+    }
+
+    #[test]
     fn tighten_keeps_the_strictest_and_who_set_it() {
         let a = PolicyConstraints {
             ttl: Some(Duration::from_secs(900)),
             uses: Some(5),
             rate: "60/min".parse().ok(),
-            approval: false,
+            approval: None,
         };
         let b = PolicyConstraints {
             ttl: Some(Duration::from_secs(300)),
             uses: Some(50),
             rate: "10/min".parse().ok(),
-            approval: true,
+            approval: Some(ApprovalGate {
+                rule: approval_gate::ApproverRule::Any,
+                required: 1,
+                ttl: approval_gate::DEFAULT_APPROVAL_TTL,
+            }),
         };
         let mut c = Constraints::default();
         c.tighten("a", &a);

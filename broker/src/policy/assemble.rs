@@ -130,6 +130,7 @@ fn sample_request<'a>(
         runtime: "",
         requested_ttl: None,
         now_unix: 0,
+        arguments: None,
     }
 }
 
@@ -180,6 +181,7 @@ mod tests {
             runtime: "rt",
             requested_ttl: None,
             now_unix: 0,
+            arguments: None,
         };
         assert!(matches!(engine.decide(&req), PolicyDecision::Allow { .. }));
     }

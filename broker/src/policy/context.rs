@@ -117,6 +117,9 @@ pub(super) fn request(
     let requested_ttl = req
         .requested_ttl
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if let Some(arguments) = req.arguments {
+        return with_arguments(engine, req, action, requested_ttl, arguments);
+    }
     let context = Context::from_pairs([
         (
             "run".to_string(),
@@ -150,6 +153,62 @@ pub(super) fn request(
         schema,
     )
     .map_err(|e| e.to_string())
+}
+
+/// The request with `context.arguments`: the whole context is read as Cedar JSON
+/// typed by the schema's context for this action, so the arguments take the
+/// types the administrator declared (an action that declares no `arguments`
+/// takes none) and the request is validated against the schema whatever the
+/// values. Cedar's JSON escapes (`__entity`, `__extn`, `__expr`) are refused
+/// in arguments before that: an argument is data, never an entity reference.
+fn with_arguments(
+    engine: &PolicyEngine,
+    req: &PolicyRequest<'_>,
+    action: &Action,
+    requested_ttl: i64,
+    arguments: &serde_json::Value,
+) -> Result<Request, String> {
+    if let Some(key) = escape_key(arguments) {
+        return Err(format!("arguments: the key {key:?} is reserved"));
+    }
+    let attributes: Vec<String> = req
+        .task_attributes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let json = serde_json::json!({
+        "run": { "id": req.run_id, "labels": req.run_labels },
+        "task": { "id": req.task_id, "kind": req.task_kind, "attributes": attributes },
+        "runtime": req.runtime,
+        "requested_ttl": requested_ttl,
+        "now": req.now_unix,
+        "arguments": arguments,
+    });
+    let context = Context::from_json_value(json, Some((&engine.schema, &action.uid)))
+        .map_err(|e| format!("arguments: {e}"))?;
+    Request::new(
+        user_uid(engine, req),
+        action.uid.clone(),
+        resource_uid(engine, req),
+        context,
+        Some(&engine.schema),
+    )
+    .map_err(|e| format!("arguments: {e}"))
+}
+
+/// A key of `v`, at any depth, that Cedar's JSON format reads as an escape.
+fn escape_key(v: &serde_json::Value) -> Option<&str> {
+    match v {
+        serde_json::Value::Object(m) => m.iter().find_map(|(k, v)| {
+            if matches!(k.as_str(), "__entity" | "__extn" | "__expr") {
+                Some(k.as_str())
+            } else {
+                escape_key(v)
+            }
+        }),
+        serde_json::Value::Array(items) => items.iter().find_map(escape_key),
+        _ => None,
+    }
 }
 
 /// Most entity slices one policy snapshot keeps; when full it starts over.

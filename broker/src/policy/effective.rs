@@ -51,8 +51,10 @@ pub struct Effective {
     pub ttl: Bounded<Duration>,
     pub uses: Bounded<u32>,
     pub rate: Bounded<Rate>,
-    /// Id of a satisfied permit with `@approval("required")`.
+    /// Id of a satisfied permit with `@approval`.
     pub approval: Option<String>,
+    /// Who must approve (`2 of group:finance; user:bob`), with an approval.
+    pub approvers: Option<String>,
 }
 
 impl Effective {
@@ -85,6 +87,7 @@ impl Effective {
             uses,
             rate,
             approval: c.approval.clone(),
+            approvers: (!c.gates.is_empty()).then(|| c.approvers()),
         }
     }
 }
@@ -144,6 +147,7 @@ mod tests {
             uses: Some((20, "b".into())),
             rate: Some((rate("60/min"), "c".into())),
             approval: Some("d".into()),
+            gates: vec![],
         };
         let e = Effective::new(&c, &limits(), None);
         assert_eq!(
@@ -180,6 +184,7 @@ mod tests {
             uses: Some((1000, "many".into())),
             rate: Some((rate("10/s"), "fast".into())),
             approval: None,
+            gates: vec![],
         };
         let e = Effective::new(&c, &limits(), None);
         assert_eq!((e.ttl.value, &e.ttl.source), (60 * MIN, &Source::ServerCap));

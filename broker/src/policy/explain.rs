@@ -159,7 +159,7 @@ impl Explanation {
                 "ttl": ttl,
                 "uses": bounded_json(&e.uses, |u| json!(u)),
                 "rate": bounded_json(&e.rate, |r| json!(r.to_string())),
-                "approval": { "required": e.approval.is_some(), "policy": e.approval },
+                "approval": { "required": e.approval.is_some(), "policy": e.approval, "approvers": e.approvers },
             })
         });
         json!({
@@ -273,8 +273,9 @@ fn constraint_lines(e: &Effective, limits: &Limits) -> String {
     }
     out += &match &e.approval {
         Some(p) => format!(
-            "  approval  required by {p}: the broker refuses with approval_required \
-             until a human approves\n"
+            "  approval  required by {p}: {} must approve; the broker answers 202 with an \
+             approval bound to the arguments, and issues once it is approved\n",
+            e.approvers.as_deref().unwrap_or("any")
         ),
         None => "  approval  not required\n".to_string(),
     };
@@ -299,6 +300,16 @@ mod tests {
     }
 
     fn explain(user: &str, action: &str, resource: &str, labels: &[&str]) -> Explanation {
+        explain_with(user, action, resource, labels, None)
+    }
+
+    fn explain_with(
+        user: &str,
+        action: &str,
+        resource: &str,
+        labels: &[&str],
+        arguments: Option<serde_json::Value>,
+    ) -> Explanation {
         let e = PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"));
         let backends: BTreeMap<_, _> = ["svc-reports", "deployer"]
             .into_iter()
@@ -312,6 +323,7 @@ mod tests {
             task_id: "t".into(),
             labels: labels.iter().map(|l| l.to_string()).collect(),
             runtime: "rt".into(),
+            arguments,
             ..RequestSpec::default()
         };
         let sim = e
@@ -367,7 +379,8 @@ mod tests {
 
     #[test]
     fn approval_and_server_defaults_are_explained() {
-        let x = explain("bob", "invoke", "deployer:prod", &[]);
+        let args = serde_json::json!({"service": "web", "commit": "c", "environment": "staging"});
+        let x = explain_with("bob", "invoke", "deployer:prod", &[], Some(args));
         let text = squash(&x.render());
         assert!(
             text.contains("approval required by deploys-need-a-human"),

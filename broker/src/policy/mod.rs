@@ -14,6 +14,7 @@
 
 pub mod admit;
 mod annotations;
+pub mod approval_gate;
 mod assemble;
 pub mod cases;
 mod context;
@@ -75,6 +76,8 @@ pub struct PolicyRequest<'a> {
     pub runtime: &'a str,
     pub requested_ttl: Option<Duration>,
     pub now_unix: i64,
+    /// The request's arguments (a JSON object), `context.arguments` when given.
+    pub arguments: Option<&'a serde_json::Value>,
 }
 
 /// Cedar's decision plus, when allowed, the effective constraints.
@@ -153,8 +156,27 @@ pub struct Constraints {
     pub ttl: Option<(Duration, String)>,
     pub uses: Option<(u32, String)>,
     pub rate: Option<(Rate, String)>,
-    /// Id of a satisfied permit with `@approval("required")`.
+    /// Id of the first satisfied permit with `@approval`.
     pub approval: Option<String>,
+    /// Every satisfied permit's approval gate, by policy id: all must be met.
+    pub gates: Vec<(String, approval_gate::ApprovalGate)>,
+}
+
+impl Constraints {
+    /// The gates as an approval records them (`2 of group:finance; user:bob`).
+    pub fn approvers(&self) -> String {
+        let gates: Vec<_> = self.gates.iter().map(|(_, g)| g.clone()).collect();
+        approval_gate::describe(&gates)
+    }
+
+    /// How long an approval may wait: the shortest `@approval_ttl` of the gates.
+    pub fn approval_ttl(&self) -> Duration {
+        self.gates
+            .iter()
+            .map(|(_, g)| g.ttl)
+            .min()
+            .unwrap_or(approval_gate::DEFAULT_APPROVAL_TTL)
+    }
 }
 
 /// The policy directory could not be loaded; nothing of it is in force.
@@ -225,6 +247,15 @@ impl PolicyEngine {
             files,
             &load::Named::new("entities.json", entities_json),
         )
+    }
+
+    /// Whether `req.arguments` fit what the schema declares as this action's
+    /// `context.arguments` (`Err`: why not). Without arguments, always.
+    pub fn check_arguments(&self, req: &PolicyRequest<'_>) -> Result<(), String> {
+        match (self.actions.get(req.action), req.arguments) {
+            (Some(action), Some(_)) => context::request(self, req, action, None).map(|_| ()),
+            _ => Ok(()),
+        }
     }
 
     /// True when `action` is declared in the schema as a `Tessera::Action`.
@@ -312,7 +343,9 @@ impl PolicyEngine {
     }
 
     fn is_approval_gated(&self, id: &str) -> bool {
-        self.constraints.get(id).is_some_and(|c| c.approval)
+        self.constraints
+            .get(id)
+            .is_some_and(|c| c.approval.is_some())
     }
 
     /// A wildcard request: issued only when a permit holds for every member of

@@ -40,6 +40,8 @@ pub struct RequestSpec {
     pub runtime: String,
     pub requested_ttl: Option<Duration>,
     pub now_unix: i64,
+    /// The request's `arguments` (a JSON object).
+    pub arguments: Option<serde_json::Value>,
 }
 
 /// A request the broker would hand to policy.
@@ -69,6 +71,7 @@ impl Simulated {
             runtime: &s.runtime,
             requested_ttl: s.requested_ttl,
             now_unix: s.now_unix,
+            arguments: s.arguments.as_ref(),
         }
     }
 }
@@ -122,12 +125,19 @@ impl PolicyEngine {
             })?;
         let (backend, backend_kind, path) =
             (res.backend.to_string(), res.kind, res.path.to_string());
-        Ok(Simulated {
+        if let Some(arguments) = &spec.arguments {
+            tessera_client::arguments::canonical(arguments)
+                .map_err(|e| format!("arguments: {e} (invalid_arguments)"))?;
+        }
+        let simulated = Simulated {
             spec,
             backend,
             backend_kind,
             path,
-        })
+        };
+        self.check_arguments(&simulated.request())
+            .map_err(|e| format!("{e} (invalid_arguments)"))?;
+        Ok(simulated)
     }
 }
 

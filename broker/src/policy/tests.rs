@@ -48,6 +48,7 @@ struct Req {
     task_kind: &'static str,
     labels: Vec<String>,
     ttl: Option<Duration>,
+    arguments: Option<serde_json::Value>,
 }
 
 fn req(user: &'static str, action: &'static str, backend: &'static str, path: &'static str) -> Req {
@@ -59,6 +60,7 @@ fn req(user: &'static str, action: &'static str, backend: &'static str, path: &'
         task_kind: "summarize",
         labels: vec![],
         ttl: None,
+        arguments: None,
     }
 }
 
@@ -78,6 +80,7 @@ fn eval(engine: &PolicyEngine, r: &Req) -> PolicyDecision {
         runtime: "rt",
         requested_ttl: r.ttl,
         now_unix: 1_767_225_600,
+        arguments: r.arguments.as_ref(),
     })
 }
 
@@ -115,7 +118,7 @@ fn engine_is_send_and_sync() {
 #[test]
 fn shipped_directory_loads_and_decides() {
     let e = PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(e.policy_count(), 12);
+    assert_eq!(e.policy_count(), 13);
     assert!(e.is_known_action("s3:GetObject") && e.is_known_action("select"));
     assert!(!e.is_known_action("deploy"));
 
@@ -143,9 +146,55 @@ fn shipped_directory_loads_and_decides() {
         Some(("10/min".into(), "staff-read-public-reports".into()))
     );
 
-    let (ids, c) = allowed(&eval(&e, &req("bob", "invoke", "deployer", "prod")));
+    let deploy = |environment: &str| Req {
+        arguments: Some(serde_json::json!({
+            "service": "web", "commit": "4f2a9c1", "environment": environment
+        })),
+        ..req("bob", "invoke", "deployer", "prod")
+    };
+    let (ids, c) = allowed(&eval(&e, &deploy("staging")));
     assert_eq!(ids, ["deploys-need-a-human"]);
     assert_eq!(c.approval.as_deref(), Some("deploys-need-a-human"));
+    assert_eq!(c.approvers(), "group:release-managers");
+    assert_eq!(c.approval_ttl(), Duration::from_secs(900));
+    // Production: both gates, so two release managers.
+    let (ids, c) = allowed(&eval(&e, &deploy("production")));
+    assert_eq!(ids, ["deploys-need-a-human", "prod-deploys-need-two"]);
+    assert_eq!(
+        c.approvers(),
+        "2 of group:release-managers; group:release-managers"
+    );
+    // A deploy that does not say what it deploys is not permitted at all.
+    denied(&eval(&e, &req("bob", "invoke", "deployer", "prod")));
+    // Arguments the schema does not declare are not a request policy can see.
+    let odd = Req {
+        arguments: Some(serde_json::json!({"service": "web"})),
+        ..req("bob", "invoke", "deployer", "prod")
+    };
+    let odd_req = PolicyRequest {
+        user: odd.user,
+        action: odd.action,
+        backend: odd.backend,
+        backend_kind: "token",
+        path: odd.path,
+        run_id: "run-1",
+        run_labels: &[],
+        task_id: "task-1",
+        task_kind: "deploy",
+        task_attributes: &BTreeMap::new(),
+        runtime: "rt",
+        requested_ttl: None,
+        now_unix: 0,
+        arguments: odd.arguments.as_ref(),
+    };
+    assert!(e.check_arguments(&odd_req).is_err());
+    let escape = serde_json::json!({"service": {"__entity": {"type": "Tessera::User", "id": "dana"}}, "commit": "x", "environment": "y"});
+    let escape_req = PolicyRequest {
+        arguments: Some(&escape),
+        ..odd_req
+    };
+    let why = e.check_arguments(&escape_req).unwrap_err();
+    assert!(why.contains("reserved"), "{why}");
 
     assert!(allowed(&eval(
         &e,
@@ -189,6 +238,7 @@ fn shipped_directory_loads_and_decides() {
             runtime: "rt",
             requested_ttl: None,
             now_unix: 1_767_225_600,
+            arguments: None,
         })
     };
     assert!(
@@ -336,6 +386,7 @@ fn cached_entity_slices_are_exact() {
         runtime: "rt",
         requested_ttl: None,
         now_unix: 1_767_225_600,
+        arguments: None,
     };
     denied(&e.decide(&other_kind));
     // "a" + "b:c" and "a:b" + "c" must not collide (parts are length-prefixed).

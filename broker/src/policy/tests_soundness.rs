@@ -121,6 +121,7 @@ fn ask<'a>(
         runtime: "rt",
         requested_ttl: None,
         now_unix: 0,
+        arguments: None,
     }
 }
 

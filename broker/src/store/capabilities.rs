@@ -35,6 +35,11 @@ pub struct CapabilityRecord {
     pub hold_secs: Option<i64>,
     /// Issuing it revokes the run's other live capabilities in this slot.
     pub slot: Option<String>,
+    /// The arguments it is issued for (RFC 8785 canonical form) and their hash.
+    pub arguments: Option<String>,
+    pub args_hash: Option<String>,
+    /// The approval redeemed for it, and the gates that approval met.
+    pub approval: Option<(String, String)>,
 }
 
 /// One GCRA charge (microseconds): `bucket` may take one request every
@@ -55,6 +60,9 @@ pub enum IssueOutcome {
     RateLimited {
         retry_after_us: i64,
     },
+    /// The approval to redeem is no longer approved-and-unredeemed (redeemed by a
+    /// concurrent request, expired, or cancelled since it was read).
+    ApprovalUnavailable,
 }
 
 pub struct IssueCapability {
@@ -208,6 +216,22 @@ async fn apply_issuances(
                 continue;
             }
         };
+        if let Some((r, (approval_id, _))) = op
+            .record
+            .as_ref()
+            .and_then(|r| r.approval.as_ref().map(|a| (r, a)))
+        {
+            if !super::approvals::redeem(ctx, approval_id, &r.run_id, &r.id, now).await? {
+                ctx.audit(&refused(
+                    &op.audit,
+                    events::CAPABILITY_DENIED,
+                    "approval_unavailable".into(),
+                ))
+                .await?;
+                outcomes.push(IssueOutcome::ApprovalUnavailable);
+                continue;
+            }
+        }
         for (c, tat) in op.rate.iter().zip(next) {
             tats.insert(c.bucket.clone(), tat);
             dirty.insert(c.bucket.clone());
@@ -224,8 +248,9 @@ async fn apply_issuances(
     for chunk in issued.chunks(ROWS_PER_INSERT) {
         let q = format!(
             "INSERT INTO capabilities (id, run_id, kid, action, resource, backend, policies, \
-             issued_at, expires_at, uses, uses_left, hold_secs, lapses_at, slot) VALUES {}",
-            super::sql::values_placeholders(ctx.dialect, chunk.len(), 14)
+             issued_at, expires_at, uses, uses_left, hold_secs, lapses_at, slot, arguments, \
+             args_hash, approval_id) VALUES {}",
+            super::sql::values_placeholders(ctx.dialect, chunk.len(), 17)
         );
         let mut query = sqlx::query(&q);
         for r in chunk.iter().filter_map(|&i| ops[i].record.as_ref()) {
@@ -243,7 +268,10 @@ async fn apply_issuances(
                 .bind(i64::from(r.uses))
                 .bind(r.hold_secs)
                 .bind(r.hold_secs.map(|h| super::holds::lapse_at(r.issued_at, h)))
-                .bind(&r.slot);
+                .bind(&r.slot)
+                .bind(&r.arguments)
+                .bind(&r.args_hash)
+                .bind(r.approval.as_ref().map(|(id, _)| id.clone()));
         }
         query.execute(&mut *ctx.conn).await?;
     }
@@ -725,6 +753,11 @@ pub struct HeldCapability {
     pub issued_at: i64,
     pub expires_at: i64,
     pub uses: u32,
+    /// The canonical arguments and their hash (`args`), when it has them.
+    pub arguments: Option<String>,
+    pub args_hash: Option<String>,
+    /// The gates the approval redeemed for it met, when one was.
+    pub approved_for: Option<String>,
 }
 
 impl From<&CapabilityRecord> for HeldCapability {
@@ -737,6 +770,9 @@ impl From<&CapabilityRecord> for HeldCapability {
             issued_at: r.issued_at,
             expires_at: r.expires_at,
             uses: r.uses,
+            arguments: r.arguments.clone(),
+            args_hash: r.args_hash.clone(),
+            approved_for: r.approval.as_ref().map(|(_, gates)| gates.clone()),
         }
     }
 }
@@ -746,7 +782,16 @@ impl From<&CapabilityRecord> for HeldCapability {
 macro_rules! held_columns {
     () => {
         "c.id AS cap_id, c.action AS cap_action, c.resource AS cap_resource, \
-         c.issued_at AS cap_issued_at, c.expires_at AS cap_expires_at, c.uses AS cap_uses"
+         c.issued_at AS cap_issued_at, c.expires_at AS cap_expires_at, c.uses AS cap_uses, \
+         c.arguments AS cap_arguments, c.args_hash AS cap_args_hash, ap.approvers AS cap_approved_for"
+    };
+}
+
+/// The joins [`held_columns`] needs (its run, and the approval redeemed for it).
+macro_rules! held_joins {
+    () => {
+        " FROM capabilities c JOIN runs r ON r.id = c.run_id \
+         LEFT JOIN approvals ap ON ap.id = c.approval_id"
     };
 }
 
@@ -762,6 +807,9 @@ fn held_from_row(row: &sqlx::any::AnyRow) -> Result<(HeldCapability, RunRecord),
         issued_at: col(row, "cap_issued_at")?,
         expires_at: col(row, "cap_expires_at")?,
         uses: u32::try_from(uses).unwrap_or(0),
+        arguments: col(row, "cap_arguments")?,
+        args_hash: col(row, "cap_args_hash")?,
+        approved_for: col(row, "cap_approved_for")?,
     };
     Ok((held, run))
 }
@@ -776,7 +824,8 @@ pub async fn held(
         held_columns!(),
         ", ",
         run_columns!("r."),
-        " FROM capabilities c JOIN runs r ON r.id = c.run_id WHERE c.id = $1"
+        held_joins!(),
+        " WHERE c.id = $1"
     ));
     let row = sqlx::query(&q)
         .bind(id)
@@ -793,8 +842,8 @@ pub async fn live(store: &Store, now: i64) -> Result<Vec<(HeldCapability, RunRec
         held_columns!(),
         ", ",
         run_columns!("r."),
-        " FROM capabilities c JOIN runs r ON r.id = c.run_id \
-         WHERE c.revoked_at IS NULL AND c.expires_at > $1 AND r.ended_at IS NULL \
+        held_joins!(),
+        " WHERE c.revoked_at IS NULL AND c.expires_at > $1 AND r.ended_at IS NULL \
          AND r.expires_at > $2 ORDER BY c.id"
     ));
     let rows = sqlx::query(&q)

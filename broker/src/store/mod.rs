@@ -9,6 +9,8 @@
 //! Any store failure maps to [`StoreError::Unavailable`] and, at the HTTP edge, a
 //! 503: the broker fails closed and issues nothing it could not record.
 
+pub mod approvals;
+pub mod approvers;
 pub mod audit;
 pub mod capabilities;
 pub mod holds;
@@ -19,6 +21,7 @@ pub mod revocations;
 pub mod runs;
 pub mod runtimes;
 pub mod sql;
+pub mod webhooks;
 pub mod writer;
 
 use crate::clock::Clock;

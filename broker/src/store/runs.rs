@@ -155,8 +155,8 @@ impl WriteOp for EndRun {
                 ev.user = Some(user);
                 ev.task_id = Some(task);
                 ev.detail = Some(format!(
-                    "capabilities={} leases={} pending={}",
-                    counts.capabilities, counts.leases, counts.pending
+                    "capabilities={} leases={} pending={} approvals={}",
+                    counts.capabilities, counts.leases, counts.pending, counts.approvals
                 ));
                 ctx.audit(&ev).await?;
             }
@@ -261,6 +261,7 @@ pub(crate) async fn revoke_everything(
         .execute(&mut *ctx.conn)
         .await?
         .rows_affected();
+    counts.approvals = super::approvals::cancel_for_run(ctx, run_id, now).await?;
     Ok(counts)
 }
 

@@ -114,6 +114,7 @@ impl WriteOp for DisableRuntime {
                 out.revoked.capabilities += counts.capabilities;
                 out.revoked.leases += counts.leases;
                 out.revoked.pending += counts.pending;
+                out.revoked.approvals += counts.approvals;
             }
             let mut ev = self.audit.clone();
             if !out.disabled {

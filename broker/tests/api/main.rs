@@ -5,6 +5,7 @@
 mod support;
 
 mod admin;
+mod approvals;
 mod audit;
 mod audit_log;
 mod aws;

@@ -51,6 +51,8 @@ impl Backend for TokenBackend {
                     sub: format!("run:{}", c.run),
                 },
                 cap: c.jti.clone(),
+                // The service that performs the action checks it against what it is asked.
+                args: c.args.clone(),
             };
             let keys = self.keys.snapshot();
             let token = jwt::encode(&keys.active, ACCESS_TOKEN_TYP, &claims);

@@ -56,6 +56,8 @@ struct RawCase {
     runtime: Option<String>,
     requested_ttl: Option<String>,
     now: Option<toml::value::Datetime>,
+    /// The request's arguments, as a TOML table (`arguments = { service = "web" }`).
+    arguments: Option<toml::Table>,
     expect: Decision,
     policies: Option<Vec<String>>,
     ttl: Option<String>,
@@ -263,6 +265,10 @@ fn check_case(
         runtime: raw.runtime.unwrap_or_else(|| DEFAULT_RUNTIME.into()),
         requested_ttl,
         now_unix,
+        arguments: raw
+            .arguments
+            .map(|t| serde_json::to_value(t).map_err(|e| format!("arguments: {e}")))
+            .transpose()?,
     };
     Ok(Case {
         name: raw.name,

@@ -60,7 +60,15 @@ forbid (principal, action, resource) when { context.run.labels.contains("untrust
 pub const TEST_ENTITIES: &str = r#"[
   { "uid": { "type": "Tessera::Group", "id": "analysts" }, "attrs": {}, "parents": [] },
   { "uid": { "type": "Tessera::User", "id": "alice" }, "attrs": {},
-    "parents": [{ "type": "Tessera::Group", "id": "analysts" }] }
+    "parents": [{ "type": "Tessera::Group", "id": "analysts" }] },
+  { "uid": { "type": "Tessera::Group", "id": "release" }, "attrs": {}, "parents": [] },
+  { "uid": { "type": "Tessera::Group", "id": "finance" }, "attrs": {}, "parents": [] },
+  { "uid": { "type": "Tessera::User", "id": "dana" }, "attrs": {},
+    "parents": [{ "type": "Tessera::Group", "id": "release" }, { "type": "Tessera::Group", "id": "finance" }] },
+  { "uid": { "type": "Tessera::User", "id": "erin" }, "attrs": {},
+    "parents": [{ "type": "Tessera::Group", "id": "finance" }] },
+  { "uid": { "type": "Tessera::User", "id": "fred" }, "attrs": {},
+    "parents": [{ "type": "Tessera::Group", "id": "finance" }, { "type": "Tessera::Group", "id": "release" }] }
 ]"#;
 
 pub const TEST_CONFIG: &str = r#"

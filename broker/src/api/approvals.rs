@@ -1,0 +1,779 @@
+//! `/v1/approvals` and `/v1/admin/approvals|approvers`: the human decision
+//! between a permit with `@approval` and the capability it allows.
+//!
+//! Who may do what, and why:
+//! - the run that asked reads its own approvals (and long-polls them); it can
+//!   neither decide nor see another run's;
+//! - an approver key decides (approve or deny) an approval whose gates admit
+//!   its user under the policy in force, never one asked for its own user
+//!   (four-eyes); a runtime key or a run token is never an approver;
+//! - the administrator lists, reads and denies (cancels) approvals, and mints
+//!   and revokes approver keys; the admin token approves nothing, since an
+//!   approval must name a person.
+
+use super::extract::{AdminCaller, ApiJson, ApiQuery, ApproverCaller, RequestId, RunOrApprover};
+use super::refusals;
+use crate::api::openapi::{refusals, IdPath};
+use crate::app::AppState;
+use crate::audit::{events, AuditEvent};
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::grammar::parse_duration;
+use crate::ids::{is_id, new_id, new_secret, secret_hash, APPROVER_KEY_PREFIX};
+use crate::policy::approval_gate;
+use crate::store::approvals::{
+    self, ApprovalRecord, ApprovalView, Decide, Decided, ListFilter, RequestApproval, Requested,
+    Voter,
+};
+use crate::store::approvers::{self, ApproverRecord, CreateApprover, RevokeApprover};
+use crate::store::runs::{RunRecord, RunState};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use secrecy::ExposeSecret;
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_client::types::{
+    Approval, ApprovalDecision, ApprovalList, ApprovalListQuery, ApprovalPending, ApprovalRule,
+    ApprovalStatus, ApprovalWaitQuery, Approver, ApproverList, CreateApproverRequest,
+    CreateApproverResponse, DecideApprovalRequest, ErrorCode,
+};
+
+/// Longest long-poll; also kept below the request timeout.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+/// How often a long-poll re-reads the store (a decision on another replica).
+const POLL_EVERY: Duration = Duration::from_secs(1);
+
+/// Opens an approval for `record` (or returns the open one for the same
+/// request): the 202 of `POST /v1/capabilities`.
+pub(super) async fn open(
+    app: &AppState,
+    run: &RunRecord,
+    record: ApprovalRecord,
+    mut audit: AuditEvent,
+) -> Result<Response, ApiError> {
+    audit.event = events::APPROVAL_REQUESTED;
+    audit.decision = "pending";
+    audit.detail = Some(format!(
+        "approval={} policy={} approvers={} args={} expires_at={}",
+        record.id, record.policy, record.approvers, record.args_hash, record.expires_at
+    ));
+    let notify = crate::jobs::webhooks::announcement(app, run, &record);
+    let outcome = app
+        .store
+        .writer()
+        .submit(RequestApproval {
+            record,
+            audit,
+            notify,
+        })
+        .await?;
+    let record = match outcome {
+        Requested::Created(r) => {
+            app.metrics.capability("approval_requested");
+            app.webhook_wakeup.notify_one();
+            r
+        }
+        Requested::Existing(r) => r,
+        Requested::RunInactive => return Err(refusals::run_inactive(RunState::Ended)),
+        Requested::TooMany => {
+            return Err(ApiError {
+                message: format!(
+                    "this run has {} approvals open; wait for them before asking for more",
+                    approvals::MAX_OPEN_PER_RUN
+                ),
+                ..ApiError::rate_limited(60)
+            })
+        }
+    };
+    let body = ApprovalPending {
+        status: record.status_at(app.clock.now()),
+        expires_at: rfc3339(record.expires_at),
+        approvers: rules(&record.approvers),
+        args: record.args_hash.clone(),
+        approval_id: record.id,
+    };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+fn rules(described: &str) -> Vec<ApprovalRule> {
+    approval_gate::parse_described(described)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(rule, required)| ApprovalRule {
+            rule: rule.to_string(),
+            required,
+        })
+        .collect()
+}
+
+fn wire(view: &ApprovalView, now: i64) -> Approval {
+    let r = &view.record;
+    Approval {
+        approval_id: r.id.clone(),
+        status: r.status_at(now),
+        run_id: r.run_id.clone(),
+        user: view.user.clone(),
+        task_id: view.task_id.clone(),
+        task_kind: view.task_kind.clone(),
+        runtime: view.runtime.clone(),
+        action: r.action.clone(),
+        resource: r.resource.clone(),
+        arguments: serde_json::from_str(&r.arguments).unwrap_or(serde_json::Value::Null),
+        args: r.args_hash.clone(),
+        policy: r.policy.clone(),
+        approvers: rules(&r.approvers),
+        decisions: view
+            .decisions
+            .iter()
+            .map(|d| ApprovalDecision {
+                approver: d.approver.clone(),
+                user: d.user.clone(),
+                decision: d.decision.clone(),
+                comment: d.comment.clone(),
+                at: rfc3339(d.at),
+            })
+            .collect(),
+        created_at: rfc3339(r.created_at),
+        expires_at: rfc3339(r.expires_at),
+        decided_at: r.decided_at.map(rfc3339),
+        capability_id: r.capability_id.clone(),
+    }
+}
+
+/// Whether `approver` may decide `view` (under the policy in force), and if
+/// not, why.
+fn may_decide(
+    app: &AppState,
+    approver: &ApproverRecord,
+    view: &ApprovalView,
+) -> Result<(), ApiError> {
+    if approver.user_name == view.user {
+        return Err(ApiError::forbidden(
+            ErrorCode::SelfApproval,
+            "four-eyes: a request made for your own user needs someone else",
+        ));
+    }
+    let groups = app
+        .policy()
+        .groups_of(&approver.user_name)
+        .unwrap_or_default();
+    let gates = approval_gate::parse_described(&view.record.approvers).unwrap_or_default();
+    if gates
+        .iter()
+        .any(|(rule, _)| rule.admits(&approver.user_name, &groups))
+    {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(
+            ErrorCode::NotAnApprover,
+            "the approval's rules do not name you",
+        ))
+    }
+}
+
+/// An approver sees what they may decide, and what they decided.
+fn visible_to(app: &AppState, approver: &ApproverRecord, view: &ApprovalView) -> bool {
+    may_decide(app, approver, view).is_ok()
+        || view
+            .decisions
+            .iter()
+            .any(|d| d.user.as_deref() == Some(&approver.user_name))
+}
+
+fn wait_of(app: &AppState, q: &ApprovalWaitQuery) -> Result<Option<Duration>, ApiError> {
+    let Some(text) = &q.wait else { return Ok(None) };
+    let asked = parse_duration(text)
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidQuery, format!("wait: {e}")))?;
+    let cap = MAX_WAIT.min(
+        app.config
+            .http
+            .request_timeout
+            .saturating_sub(Duration::from_secs(2)),
+    );
+    Ok(Some(asked.min(cap)))
+}
+
+refusals!(GetApprovalRefusals {
+    400 => [InvalidQuery],
+    401 => [Unauthenticated],
+    404 => [UnknownApproval],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Read (and wait for) an approval
+///
+/// The run that asked for it (run token) or an approver it names (approver key) reads an
+/// approval: who asked, the full arguments, the rules, the decisions so far. With `wait`, the
+/// answer is held until the approval is no longer pending, or that long (at most 60s, and
+/// below the server's request timeout).
+#[utoipa::path(
+    get,
+    path = "/v1/approvals/{id}",
+    operation_id = "getApproval",
+    tags = ["approvals"],
+    security(("runToken" = []), ("approverKey" = [])),
+    params(IdPath, ApprovalWaitQuery),
+    responses(
+        (status = 200, description = "The approval.", body = Approval),
+        GetApprovalRefusals,
+    ),
+)]
+pub async fn show(
+    State(app): State<AppState>,
+    caller: RunOrApprover,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<ApprovalWaitQuery>,
+) -> Result<Json<Approval>, ApiError> {
+    if !is_id(&id) {
+        return Err(refusals::unknown_approval());
+    }
+    let wait = wait_of(&app, &q)?;
+    let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
+    let mut changed = app.approvals_changed.subscribe();
+    loop {
+        let view = approvals::get(&app.store, &id)
+            .await?
+            .filter(|v| match &caller {
+                RunOrApprover::Run(run) => v.record.run_id == run.id,
+                RunOrApprover::Approver(a) => visible_to(&app, a, v),
+            })
+            .ok_or_else(refusals::unknown_approval)?;
+        let now = app.clock.now();
+        let approval = wire(&view, now);
+        if approval.status != ApprovalStatus::Pending || tokio::time::Instant::now() >= deadline {
+            return Ok(Json(approval));
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let mut stopping = app.stopping.subscribe();
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = tokio::time::sleep(left.min(POLL_EVERY)) => {}
+            // A broker that is stopping answers what it knows now.
+            _ = stopping.wait_for(|s| *s) => return Ok(Json(approval)),
+        }
+    }
+}
+
+fn list_filter(q: &ApprovalListQuery) -> Result<ListFilter, ApiError> {
+    let status = match q.status.as_deref() {
+        None => Some(ApprovalStatus::Pending),
+        Some("all") => None,
+        Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
+            ApiError::bad_request(
+                ErrorCode::InvalidQuery,
+                "status: pending, approved, denied, expired, cancelled or all",
+            )
+        })?),
+    };
+    if let Some(run) = &q.run_id {
+        if !is_id(run) {
+            return Err(ApiError::bad_request(
+                ErrorCode::InvalidQuery,
+                "run_id: a lowercase UUID",
+            ));
+        }
+    }
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidQuery,
+            "limit: 1 to 500",
+        ));
+    }
+    Ok(ListFilter {
+        status,
+        run_id: q.run_id.clone(),
+        limit,
+    })
+}
+
+refusals!(ListApprovalsRefusals {
+    400 => [InvalidQuery],
+    401 => [Unauthenticated],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Approvals an approver may decide
+///
+/// The approvals (pending by default) whose rules name this approver's user, newest first;
+/// never those asked for the approver's own user.
+#[utoipa::path(
+    get,
+    path = "/v1/approvals",
+    operation_id = "listMyApprovals",
+    tags = ["approvals"],
+    security(("approverKey" = [])),
+    params(ApprovalListQuery),
+    responses(
+        (status = 200, description = "Approvals, newest first.", body = ApprovalList),
+        ListApprovalsRefusals,
+    ),
+)]
+pub async fn list_mine(
+    State(app): State<AppState>,
+    ApproverCaller(approver): ApproverCaller,
+    ApiQuery(q): ApiQuery<ApprovalListQuery>,
+) -> Result<Json<ApprovalList>, ApiError> {
+    let mut filter = list_filter(&q)?;
+    let want = filter.limit;
+    filter.limit = 500;
+    let now = app.clock.now();
+    let views = approvals::list(&app.store, &filter, now).await?;
+    let approvals = views
+        .iter()
+        .filter(|v| visible_to(&app, &approver, v))
+        .take(want as usize)
+        .map(|v| wire(v, now))
+        .collect();
+    Ok(Json(ApprovalList { approvals }))
+}
+
+refusals!(DecideRefusals {
+    400 => [InvalidRequest, InvalidJson],
+    401 => [Unauthenticated],
+    403 => [SelfApproval, NotAnApprover],
+    404 => [UnknownApproval],
+    409 => [ApprovalDecided, AlreadyVoted],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+fn comment_of(req: &DecideApprovalRequest) -> Result<Option<String>, ApiError> {
+    match &req.comment {
+        Some(c)
+            if c.chars().count() > 1000 || c.chars().any(|ch| ch.is_control() && ch != '\n') =>
+        {
+            Err(ApiError::bad_request(
+                ErrorCode::InvalidRequest,
+                "comment: at most 1000 characters, no control characters but newlines",
+            ))
+        }
+        Some(c) if c.trim().is_empty() => Ok(None),
+        other => Ok(other.clone()),
+    }
+}
+
+async fn decide(
+    app: &AppState,
+    id: &str,
+    voter: Voter,
+    approve: bool,
+    comment: Option<String>,
+    rid: String,
+) -> Result<Json<Approval>, ApiError> {
+    let view = approvals::get(&app.store, id)
+        .await?
+        .ok_or_else(refusals::unknown_approval)?;
+    let policy = app.policy();
+    let groups_of: approvals::GroupsOf =
+        Arc::new(move |user: &str| policy.groups_of(user).unwrap_or_default());
+    let mut audit = AuditEvent::new(
+        if approve {
+            events::APPROVAL_VOTED
+        } else {
+            events::APPROVAL_DENIED
+        },
+        voter.actor(),
+        if approve { "allow" } else { "deny" },
+    );
+    audit.run_id = Some(view.record.run_id.clone());
+    audit.user = Some(view.user.clone());
+    audit.task_id = Some(view.task_id.clone());
+    audit.action = Some(view.record.action.clone());
+    audit.resource = Some(view.record.resource.clone());
+    audit.request_id = Some(rid);
+    // The comment is the approver's own words: kept short in the audit row.
+    audit.reason = comment
+        .as_deref()
+        .map(|c| c.chars().take(200).collect::<String>());
+    let outcome = app
+        .store
+        .writer()
+        .submit(Decide {
+            id: id.to_owned(),
+            voter,
+            approve,
+            comment,
+            groups_of,
+            audit,
+        })
+        .await?;
+    if !matches!(outcome, Decided::Recorded(_)) {
+        return Err(refusals::decision(&outcome));
+    }
+    app.approvals_changed
+        .send_modify(|n| *n = n.wrapping_add(1));
+    let view = approvals::get(&app.store, id)
+        .await?
+        .ok_or_else(refusals::unknown_approval)?;
+    Ok(Json(wire(&view, app.clock.now())))
+}
+
+async fn approver_decides(
+    app: AppState,
+    approver: Arc<ApproverRecord>,
+    id: String,
+    req: DecideApprovalRequest,
+    approve: bool,
+    rid: String,
+) -> Result<Json<Approval>, ApiError> {
+    if !is_id(&id) {
+        return Err(refusals::unknown_approval());
+    }
+    let comment = comment_of(&req)?;
+    let view = approvals::get(&app.store, &id)
+        .await?
+        .ok_or_else(refusals::unknown_approval)?;
+    may_decide(&app, &approver, &view)?;
+    let voter = Voter::Approver {
+        name: approver.name.clone(),
+        user: approver.user_name.clone(),
+    };
+    decide(&app, &id, voter, approve, comment, rid).await
+}
+
+/// Approve
+///
+/// Records this approver's approval. The approval is approved when every rule has its count of
+/// distinct approving users (`2 of group:finance` needs two people); until then it stays
+/// pending. The run's own user can never approve (four-eyes).
+#[utoipa::path(
+    post,
+    path = "/v1/approvals/{id}/approve",
+    operation_id = "approveApproval",
+    tags = ["approvals"],
+    security(("approverKey" = [])),
+    params(IdPath),
+    request_body(content = DecideApprovalRequest, example = json!({"comment": "matches the change ticket"})),
+    responses(
+        (status = 200, description = "The approval after the decision.", body = Approval),
+        DecideRefusals,
+    ),
+)]
+pub async fn approve(
+    State(app): State<AppState>,
+    ApproverCaller(approver): ApproverCaller,
+    RequestId(rid): RequestId,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<DecideApprovalRequest>,
+) -> Result<Json<Approval>, ApiError> {
+    approver_decides(app, approver, id, req, true, rid).await
+}
+
+/// Deny
+///
+/// Denies the approval: one denial by anyone its rules name is final.
+#[utoipa::path(
+    post,
+    path = "/v1/approvals/{id}/deny",
+    operation_id = "denyApproval",
+    tags = ["approvals"],
+    security(("approverKey" = [])),
+    params(IdPath),
+    request_body(content = DecideApprovalRequest, example = json!({"comment": "not during the freeze"})),
+    responses(
+        (status = 200, description = "The approval after the decision.", body = Approval),
+        DecideRefusals,
+    ),
+)]
+pub async fn deny(
+    State(app): State<AppState>,
+    ApproverCaller(approver): ApproverCaller,
+    RequestId(rid): RequestId,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<DecideApprovalRequest>,
+) -> Result<Json<Approval>, ApiError> {
+    approver_decides(app, approver, id, req, false, rid).await
+}
+
+/// List approvals
+///
+/// Every approval (pending by default), newest first, with the full arguments and decisions.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/approvals",
+    operation_id = "listApprovals",
+    tags = ["approvals", "admin"],
+    security(("adminToken" = [])),
+    params(ApprovalListQuery),
+    responses(
+        (status = 200, description = "Approvals, newest first.", body = ApprovalList),
+        ListApprovalsRefusals,
+    ),
+)]
+pub async fn admin_list(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    ApiQuery(q): ApiQuery<ApprovalListQuery>,
+) -> Result<Json<ApprovalList>, ApiError> {
+    let filter = list_filter(&q)?;
+    let now = app.clock.now();
+    let views = approvals::list(&app.store, &filter, now).await?;
+    Ok(Json(ApprovalList {
+        approvals: views.iter().map(|v| wire(v, now)).collect(),
+    }))
+}
+
+refusals!(AdminShowRefusals {
+    401 => [Unauthenticated],
+    404 => [UnknownApproval],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Read an approval
+#[utoipa::path(
+    get,
+    path = "/v1/admin/approvals/{id}",
+    operation_id = "getApprovalAdmin",
+    tags = ["approvals", "admin"],
+    security(("adminToken" = [])),
+    params(IdPath),
+    responses(
+        (status = 200, description = "The approval.", body = Approval),
+        AdminShowRefusals,
+    ),
+)]
+pub async fn admin_show(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    Path(id): Path<String>,
+) -> Result<Json<Approval>, ApiError> {
+    if !is_id(&id) {
+        return Err(refusals::unknown_approval());
+    }
+    let view = approvals::get(&app.store, &id)
+        .await?
+        .ok_or_else(refusals::unknown_approval)?;
+    Ok(Json(wire(&view, app.clock.now())))
+}
+
+refusals!(AdminDenyRefusals {
+    400 => [InvalidRequest, InvalidJson],
+    401 => [Unauthenticated],
+    404 => [UnknownApproval],
+    409 => [ApprovalDecided, AlreadyVoted],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Deny an approval (administrator)
+///
+/// An administrator cancels a pending approval: recorded as a denial by `admin`. The admin
+/// token cannot approve: an approval must name a person.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/approvals/{id}/deny",
+    operation_id = "denyApprovalAdmin",
+    tags = ["approvals", "admin"],
+    security(("adminToken" = [])),
+    params(IdPath),
+    request_body(content = DecideApprovalRequest),
+    responses(
+        (status = 200, description = "The approval after the decision.", body = Approval),
+        AdminDenyRefusals,
+    ),
+)]
+pub async fn admin_deny(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    RequestId(rid): RequestId,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<DecideApprovalRequest>,
+) -> Result<Json<Approval>, ApiError> {
+    if !is_id(&id) {
+        return Err(refusals::unknown_approval());
+    }
+    let comment = comment_of(&req)?;
+    decide(&app, &id, Voter::Admin, false, comment, rid).await
+}
+
+refusals!(CreateApproverRefusals {
+    400 => [InvalidRequest, InvalidJson, InvalidName, InvalidUser],
+    401 => [Unauthenticated],
+    409 => [ApproverExists],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Create an approver key
+///
+/// Mints an approver key (`tsr_apr_…`) for `user`, shown exactly once; only its SHA-256 is
+/// stored. The user's groups come from entities.json under the policy in force at each
+/// decision.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/approvers",
+    operation_id = "createApprover",
+    tags = ["approvals", "admin"],
+    security(("adminToken" = [])),
+    request_body(content = CreateApproverRequest, example = json!({"name": "dana-laptop", "user": "dana"})),
+    responses(
+        (status = 201, description = "Approver key created.", body = CreateApproverResponse),
+        CreateApproverRefusals,
+    ),
+)]
+pub async fn create_approver(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    RequestId(rid): RequestId,
+    ApiJson(req): ApiJson<CreateApproverRequest>,
+) -> Result<(StatusCode, Json<CreateApproverResponse>), ApiError> {
+    if !super::admin::is_runtime_name(&req.name) {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidName,
+            "approver name must be 1-63 of [a-z0-9._-]",
+        ));
+    }
+    if !crate::names::is_user(&req.user) {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidUser,
+            "user must be 1-128 of [A-Za-z0-9._@+-]",
+        ));
+    }
+    let key = new_secret(APPROVER_KEY_PREFIX);
+    let record = ApproverRecord {
+        id: new_id(),
+        name: req.name.clone(),
+        user_name: req.user.clone(),
+        created_at: app.clock.now(),
+        revoked_at: None,
+    };
+    let mut audit = AuditEvent::new(events::APPROVER_CREATED, "admin", "allow");
+    audit.request_id = Some(rid);
+    audit.user = Some(req.user.clone());
+    audit.detail = Some(format!("approver={} id={}", record.name, record.id));
+    let response = CreateApproverResponse {
+        id: record.id.clone(),
+        name: record.name.clone(),
+        user: record.user_name.clone(),
+        key: key.expose_secret().to_owned(),
+    };
+    let created = app
+        .store
+        .writer()
+        .submit(CreateApprover {
+            record,
+            key_hash: secret_hash(&key),
+            audit,
+        })
+        .await?;
+    if !created {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorCode::ApproverExists,
+            "an approver with this name exists",
+        ));
+    }
+    Ok((StatusCode::CREATED, Json(response)))
+}
+
+refusals!(ListApproversRefusals {
+    401 => [Unauthenticated],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// List approver keys
+#[utoipa::path(
+    get,
+    path = "/v1/admin/approvers",
+    operation_id = "listApprovers",
+    tags = ["approvals", "admin"],
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "Approver keys (never the keys themselves).", body = ApproverList),
+        ListApproversRefusals,
+    ),
+)]
+pub async fn list_approvers(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+) -> Result<Json<ApproverList>, ApiError> {
+    let approvers = approvers::list(&app.store)
+        .await?
+        .into_iter()
+        .map(|a| Approver {
+            id: a.id,
+            name: a.name,
+            user: a.user_name,
+            created_at: rfc3339(a.created_at),
+            revoked_at: a.revoked_at.map(rfc3339),
+        })
+        .collect();
+    Ok(Json(ApproverList { approvers }))
+}
+
+refusals!(RevokeApproverRefusals {
+    401 => [Unauthenticated],
+    404 => [UnknownApprover],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Revoke an approver key
+///
+/// The key stops working at once; its past decisions stand. Revoking a revoked key is not an
+/// error.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/approvers/{id}/revoke",
+    operation_id = "revokeApprover",
+    tags = ["approvals", "admin"],
+    security(("adminToken" = [])),
+    params(IdPath),
+    responses(
+        (status = 200, description = "The key, revoked.", body = Approver),
+        RevokeApproverRefusals,
+    ),
+)]
+pub async fn revoke_approver(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    RequestId(rid): RequestId,
+    Path(id): Path<String>,
+) -> Result<Json<Approver>, ApiError> {
+    let unknown = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::UnknownApprover,
+            "no such approver",
+        )
+    };
+    if !is_id(&id) {
+        return Err(unknown());
+    }
+    let mut audit = AuditEvent::new(events::APPROVER_REVOKED, "admin", "allow");
+    audit.request_id = Some(rid);
+    audit.detail = Some(format!("id={id}"));
+    app.store
+        .writer()
+        .submit(RevokeApprover {
+            id: id.clone(),
+            audit,
+        })
+        .await?
+        .ok_or_else(unknown)?;
+    let a = approvers::list(&app.store)
+        .await?
+        .into_iter()
+        .find(|a| a.id == id)
+        .ok_or_else(unknown)?;
+    Ok(Json(Approver {
+        id: a.id,
+        name: a.name,
+        user: a.user_name,
+        created_at: rfc3339(a.created_at),
+        revoked_at: a.revoked_at.map(rfc3339),
+    }))
+}
