@@ -23,6 +23,11 @@ export async function approvalsPage(section, ctx) {
   );
 
   const alert = h('p', { class: 'error', role: 'alert', hidden: true });
+  // Shown when a background check finds the list changed; the cards are not
+  // redrawn under the reader's eyes (or their comment).
+  const changedText = h('span', {});
+  const showCurrent = h('button', { type: 'button', class: 'secondary' }, 'Show the current list');
+  const changed = h('p', { class: 'notice', role: 'status', hidden: true }, changedText, ' ', showCurrent);
   const list = h('div', { class: 'cards', 'aria-busy': 'true' });
   const refresh = h('button', { type: 'button', class: 'secondary' }, 'Refresh');
   const toolbar = h('div', { class: 'toolbar' });
@@ -36,27 +41,35 @@ export async function approvalsPage(section, ctx) {
     toolbar.append(h('label', { for: 'approval-status' }, 'Status'), sel);
   }
   toolbar.append(refresh);
-  section.append(toolbar, alert, list);
+  section.append(toolbar, changed, alert, list);
 
   const showAlert = (message) => {
     alert.textContent = message;
     alert.hidden = !message;
   };
 
+  const fetchList = async () => {
+    const answer = admin
+      ? await api('GET', '/v1/admin/approvals', { query: { status: status === 'all' ? '' : status } })
+      : await api('GET', '/v1/approvals', { query: { status: 'pending' } });
+    return Array.isArray(answer?.approvals) ? answer.approvals : [];
+  };
+  // The ids on screen, to tell when the list changed underneath.
+  let shown = new Set();
+
   async function load() {
     list.setAttribute('aria-busy', 'true');
     refresh.disabled = true;
-    let answer;
+    let approvals;
     try {
-      answer = admin
-        ? await api('GET', '/v1/admin/approvals', { query: { status: status === 'all' ? '' : status } })
-        : await api('GET', '/v1/approvals', { query: { status: 'pending' } });
+      approvals = await fetchList();
     } finally {
       refresh.disabled = false;
       list.setAttribute('aria-busy', 'false');
     }
-    if (!ctx.alive()) return;
-    const approvals = Array.isArray(answer?.approvals) ? answer.approvals : [];
+    if (!ctx.alive()) return [];
+    shown = new Set(approvals.map((a) => a.approval_id));
+    changed.hidden = true;
     clear(list);
     if (!approvals.length) {
       list.append(
@@ -94,6 +107,36 @@ export async function approvalsPage(section, ctx) {
     }
     await load().catch((e) => showAlert(e.text || e.message));
   }
+
+  // Every 15 s while this page is shown (and the tab visible): has the list changed?
+  const timer = setInterval(async () => {
+    if (!ctx.alive()) {
+      clearInterval(timer);
+      return;
+    }
+    if (document.hidden || !changed.hidden) return;
+    let now;
+    try {
+      now = await fetchList();
+    } catch {
+      return; // a 401 signs out by itself; anything else: the next tick tries again
+    }
+    if (!ctx.alive()) return;
+    const ids = new Set(now.map((a) => a.approval_id));
+    const added = [...ids].filter((id) => !shown.has(id)).length;
+    const gone = [...shown].filter((id) => !ids.has(id)).length;
+    if (!added && !gone) return;
+    const parts = [];
+    if (added) parts.push(`${added} new`);
+    if (gone) parts.push(`${gone} no longer ${status === 'all' ? 'listed' : status}`);
+    changedText.textContent = `The list has changed: ${parts.join(', ')}.`;
+    changed.hidden = false;
+  }, 15000);
+  showCurrent.addEventListener('click', () => {
+    load()
+      .then((a) => ctx.announce(`Approvals refreshed: ${a.length} shown.`))
+      .catch((e) => showAlert(e.text || e.message));
+  });
 
   refresh.addEventListener('click', () => {
     showAlert('');

@@ -395,7 +395,19 @@ step('an approver signs in, reads the arguments and approves; the waiting client
 });
 
 step('hostile arguments are text; the admin can only deny; a stale approve shows the refusal', async () => {
-  const hostile = await must(202, 'POST', '/v1/capabilities', { bearer: s.runToken, body: HOSTILE });
+  // A broker may refuse the right-to-left override in arguments outright (as it
+  // does in task attributes); then the markup alone goes through.
+  let asked = await call('POST', '/v1/capabilities', { bearer: s.runToken, body: HOSTILE });
+  const bidiRefused = asked.status === 400;
+  if (bidiRefused) {
+    assert.equal(typeof asked.body?.error?.code, 'string', `a refusal with a code: ${JSON.stringify(asked.body)}`);
+    asked = await call('POST', '/v1/capabilities', {
+      bearer: s.runToken,
+      body: { ...HOSTILE, arguments: { ...HOSTILE.arguments, environment: 'staging' } },
+    });
+  }
+  assert.equal(asked.status, 202, JSON.stringify(asked.body));
+  const hostile = asked.body;
   const page = s.approverPage;
   await page.getByRole('button', { name: 'Refresh' }).click();
   const card = page.locator(`article[data-approval-id="${hostile.approval_id}"]`);
@@ -403,9 +415,18 @@ step('hostile arguments are text; the admin can only deny; a stale approve shows
   const args = await card.locator('pre').innerText();
   assert.ok(args.includes('<img src=x onerror=alert(1)>'), 'the markup is shown as text');
   assert.ok(args.includes('<script>alert(2)</script>'));
-  assert.ok(args.includes('staging\\u202edorp'), 'the right-to-left override is spelled out');
-  assert.ok(!args.includes('\u202E'), 'and not left in the text');
-  await waitForText(card, 'invisible or direction-changing');
+  if (!bidiRefused) {
+    assert.ok(args.includes('staging\\u202edorp'), 'the right-to-left override is spelled out');
+    assert.ok(!args.includes('\u202E'), 'and not left in the text');
+    await waitForText(card, 'invisible or direction-changing');
+  }
+  // What the page does with such characters, whichever way the broker went: the
+  // served lib.js spells each one out.
+  const revealed = await page.evaluate(async () => {
+    const { reveal } = await import('/console/lib.js');
+    return reveal('a\u202Eb\u200Bc\u2066d\uFEFFe\u0085f\u{E0041}g');
+  });
+  assert.deepEqual(revealed, { text: 'a\\u202eb\\u200bc\\u2066d\\ufeffe\\u0085f\\udb40\\udc41g', hidden: 6 });
   assert.equal(await card.locator('pre *').count(), 0, 'the arguments are a text node only');
   assert.equal(await page.locator('img').count(), 0, 'no img element was created');
   assert.equal(await page.locator('main script').count(), 0, 'no script element was created');
