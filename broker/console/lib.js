@@ -64,11 +64,12 @@ export function uid(prefix) {
 }
 
 // Characters that would make what an approver reads differ from what the
-// agent sent: C1 controls and DEL, bidirectional controls, line and paragraph
-// separators, and invisible or zero-width characters (the list the broker
-// refuses in task attributes, docs/api.md, plus DEL, C1 and the Hangul fillers).
+// agent sent: control characters other than tab and newline, bidirectional
+// controls, line and paragraph separators, and invisible or zero-width
+// characters (the list the broker refuses in task attributes, docs/api.md, plus
+// the C0 and C1 controls, DEL and the Hangul fillers).
 const HIDDEN_CHARS =
-  /[\u007f-\u009f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\u{1d173}-\u{1d17a}\u{e0000}-\u{e007f}\u{e0100}-\u{e01ef}]/gu;
+  /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\u{1d173}-\u{1d17a}\u{e0000}-\u{e007f}\u{e0100}-\u{e01ef}]/gu;
 
 function escapeChar(ch) {
   let out = '';
@@ -99,7 +100,8 @@ export function prettyJson(value) {
 /** A <time> element for an RFC 3339 string (or a dash for null). */
 export function time(value) {
   if (!value) return h('span', { class: 'muted' }, '—');
-  return h('time', { datetime: value, title: value }, value.replace('T', ' ').replace(/\.\d+Z$/, 'Z'));
+  const text = reveal(String(value)).text;
+  return h('time', { datetime: text, title: text }, text.replace('T', ' ').replace(/\.\d+Z$/, 'Z'));
 }
 
 /** "in 4 min" / "12 s ago" from an RFC 3339 string, against now. */
