@@ -122,7 +122,7 @@ export async function runPage(section, ctx) {
     // The run first: a 404 is the whole answer. The rest is extra context.
     const run = await api('GET', path);
     const [approvals, pendingRevocations] = await Promise.all([
-      api('GET', '/v1/admin/approvals', { query: { run_id: id } }).catch((e) => ({ error: e })),
+      api('GET', '/v1/admin/approvals', { query: { run_id: id, status: 'all' } }).catch((e) => ({ error: e })),
       api('GET', '/v1/admin/leases', { query: { limit: 1000 } }).catch((e) => ({ error: e })),
     ]);
     if (!ctx.alive()) return;

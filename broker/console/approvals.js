@@ -50,7 +50,7 @@ export async function approvalsPage(section, ctx) {
 
   const fetchList = async () => {
     const answer = admin
-      ? await api('GET', '/v1/admin/approvals', { query: { status: status === 'all' ? '' : status } })
+      ? await api('GET', '/v1/admin/approvals', { query: { status } })
       : await api('GET', '/v1/approvals', { query: { status: 'pending' } });
     return Array.isArray(answer?.approvals) ? answer.approvals : [];
   };
@@ -153,7 +153,9 @@ export function card(a, { admin, decide, runLink = admin }) {
   const headingId = uid('approval');
   const pending = a.status === 'pending';
   const args = prettyJson(a.arguments ?? {});
-  const rule = a.approvers && typeof a.approvers === 'object' ? a.approvers : {};
+  // Every rule must be met: e.g. [{rule: 'group:finance', required: 2}, {rule: 'group:release', required: 1}].
+  const rules = Array.isArray(a.approvers) ? a.approvers : [];
+  const ruleText = rules.map((r) => ((r.required ?? 1) > 1 ? `${r.required} of ${r.rule}` : r.rule)).join('; ');
   const decisions = Array.isArray(a.decisions) ? a.decisions : [];
   const approvals = decisions.filter((d) => d.decision === 'approve').length;
 
@@ -176,7 +178,7 @@ export function card(a, { admin, decide, runLink = admin }) {
       ['Action', code(a.action)],
       ['Resource', code(a.resource)],
       ['Policy', a.policy ? code(a.policy) : null],
-      ['Rule', rule.rule ? [code(rule.rule), `, ${rule.required ?? 1} approval${(rule.required ?? 1) === 1 ? '' : 's'} required`] : null],
+      ['Approvers', ruleText ? [code(ruleText), rules.length > 1 ? ' (every rule must be met)' : ''] : null],
       ['Requested', time(a.created_at)],
       ['Expires', a.expires_at ? [time(a.expires_at), pending ? ` (${relative(a.expires_at)})` : ''] : null],
       ['Decided', a.decided_at ? time(a.decided_at) : null],
@@ -192,7 +194,7 @@ export function card(a, { admin, decide, runLink = admin }) {
       : null,
     h('pre', { class: 'arguments', tabindex: '0' }, args.text),
     h('p', { class: 'hash' }, 'SHA-256 of the arguments (JCS): ', code(a.args ?? '')),
-    h('h3', {}, `Decisions (${approvals} of ${rule.required ?? 1} approval${(rule.required ?? 1) === 1 ? '' : 's'})`),
+    h('h3', {}, `Decisions (${approvals} approving)`),
     decisions.length
       ? h(
           'ul',

@@ -253,10 +253,11 @@ const DEPLOY = {
 const HOSTILE = {
   action: 'invoke',
   resource: 'deployer:prod/api',
+  // The example schema types invoke's arguments as {service, commit, environment}:
+  // the markup rides in the strings it allows.
   arguments: {
-    service: 'api',
-    note: '<img src=x onerror=alert(1)>',
-    script: '<script>alert(2)</script>',
+    service: '<img src=x onerror=alert(1)>',
+    commit: '<script>alert(2)</script>',
     // U+202E (right-to-left override) would make "prod" read backwards.
     environment: 'staging\u202Edorp',
   },
@@ -318,8 +319,7 @@ step('setup by API: a runtime, a run for bob, an approver key for dana, a deploy
   assert.equal(pending.status, 'pending');
   assert.match(pending.approval_id, /^[0-9a-f-]{36}$/);
   assert.match(pending.args, /^[0-9a-f]{64}$/);
-  assert.equal(pending.approvers.rule, 'group:release-managers');
-  assert.equal(pending.approvers.required, 1);
+  assert.deepEqual(pending.approvers, [{ rule: 'group:release-managers', required: 1 }]);
   s.approval = pending;
 
   // The same request while it is pending is the same approval.

@@ -22,6 +22,7 @@ pub mod admin;
 pub mod approvals;
 pub mod audit;
 pub mod capabilities;
+pub mod console;
 pub mod discovery;
 pub mod edge;
 pub mod exchange;
@@ -89,6 +90,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
 pub fn router(app: AppState) -> Router {
     let (routes, _) = api_router().split_for_parts();
     routes
+        .merge(console::routes())
         .fallback(middleware::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
