@@ -2089,3 +2089,141 @@ async fn runs_list_pages() {
         "{page2}"
     );
 }
+
+/// `tessera exec` asks for a capability that needs a human, says so on stderr
+/// and waits; `tessera approvals` shows the arguments and an approver key (not
+/// the admin token) approves; the command then runs with the access token,
+/// whose `args` claim is the hash of the arguments it was approved for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_waits_for_an_approval_that_the_cli_gives() {
+    let broker = start_dev_broker().await;
+    let rt: Value = serde_json::from_str(&stdout_of(&cli(
+        &broker,
+        &["runtimes", "create", "deploy-rt", "--json"],
+    )))
+    .unwrap();
+    let run: Value = reqwest::Client::new()
+        .post(format!("{}/v1/runs", broker.addr))
+        .bearer_auth(rt["key"].as_str().unwrap())
+        .json(&json!({ "user": "bob", "task": { "id": "deploy-42", "kind": "deploy" }, "ttl": "30m" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token_file = broker.dir.join("bob.token");
+    std::fs::write(&token_file, run["run_token"].as_str().unwrap()).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+
+    let made: Value = serde_json::from_str(&stdout_of(&cli(
+        &broker,
+        &[
+            "approvers",
+            "create",
+            "dana-laptop",
+            "--user",
+            "dana",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    let key_file = broker.dir.join("dana.key");
+    std::fs::write(&key_file, made["key"].as_str().unwrap()).unwrap();
+    let listed = stdout_of(&cli(&broker, &["approvers", "list"]));
+    assert!(
+        listed.contains("dana-laptop") && !listed.contains("tsr_apr_"),
+        "{listed}"
+    );
+
+    let args = r#"{"service":"web","commit":"4f2a9c1","environment":"staging"}"#;
+    let out_file = broker.dir.join("claims.txt");
+    let mut exec = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--token",
+            "invoke=deployer:prod/web",
+            "--arguments",
+            args,
+            "--approval-wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "printf %s \"$TESSERA_ACCESS_TOKEN\" > {}",
+            out_file.display()
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let mut id = String::new();
+    for _ in 0..100 {
+        let v: Value =
+            serde_json::from_str(&stdout_of(&cli(&broker, &["approvals", "list", "--json"])))
+                .unwrap();
+        if let Some(a) = v["approvals"].as_array().and_then(|a| a.first()) {
+            id = a["approval_id"].as_str().unwrap().to_owned();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!id.is_empty(), "exec opened no approval");
+    // The admin token can show and deny, never approve.
+    let refused = cli(&broker, &["approvals", "approve", &id]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs an approver key"));
+    let with_key = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env("TESSERA_ADDR", &broker.addr)
+            .env("TESSERA_APPROVER_KEY_FILE", &key_file)
+            .output()
+            .unwrap()
+    };
+    let shown = stdout_of(&with_key(&["approvals", "show", &id]));
+    assert!(
+        shown.contains("\"commit\": \"4f2a9c1\"") && shown.contains("user bob"),
+        "{shown}"
+    );
+    let approved = with_key(&["approvals", "approve", &id, "--comment", "matches CHG-42"]);
+    assert!(
+        approved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&approved.stderr)
+    );
+
+    let status = exec.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(exec.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "approval {id} for invoke on deployer:prod/web is pending"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("is approved"), "{stderr}");
+    // The downstream token is bound to exactly these arguments.
+    let token = std::fs::read_to_string(&out_file).unwrap();
+    let payload = token.split('.').nth(1).unwrap();
+    use base64::Engine;
+    let claims: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    let want = tessera_client::arguments::hash(&serde_json::from_str(args).unwrap()).unwrap();
+    assert_eq!(claims["args"], want.as_str());
+    assert_eq!(
+        broker_audit(&broker, "approval.approved")[0]["actor"],
+        "approver:dana-laptop"
+    );
+}

@@ -255,6 +255,83 @@ impl AdminClient {
     pub async fn reload_policy(&self) -> Result<PolicyReloadResponse, Error> {
         self.post("/v1/admin/policy/reload").await
     }
+
+    /// Mints an approver key for a user (admin token); the key is in the answer, once.
+    pub async fn create_approver(
+        &self,
+        body: &CreateApproverRequest,
+    ) -> Result<CreateApproverResponse, Error> {
+        self.call(
+            reqwest::Method::POST,
+            "/v1/admin/approvers",
+            NO_QUERY,
+            Some(body),
+        )
+        .await
+    }
+
+    /// Approver keys (admin token).
+    pub async fn approvers(&self) -> Result<ApproverList, Error> {
+        self.get("/v1/admin/approvers").await
+    }
+
+    /// Revokes an approver key (admin token).
+    pub async fn revoke_approver(&self, id: &str) -> Result<Approver, Error> {
+        self.post(&format!("/v1/admin/approvers/{}/revoke", segment(id)?))
+            .await
+    }
+
+    /// Approvals: with the admin token every one; with an approver key
+    /// (`as_approver`), those this approver may decide.
+    pub async fn approvals(
+        &self,
+        query: &ApprovalListQuery,
+        as_approver: bool,
+    ) -> Result<ApprovalList, Error> {
+        let path = if as_approver {
+            "/v1/approvals"
+        } else {
+            "/v1/admin/approvals"
+        };
+        self.call(reqwest::Method::GET, path, Some(query), NO_BODY)
+            .await
+    }
+
+    /// One approval, with the admin token or an approver key.
+    pub async fn approval(&self, id: &str, as_approver: bool) -> Result<Approval, Error> {
+        let id = segment(id)?;
+        if as_approver {
+            self.get(&format!("/v1/approvals/{id}")).await
+        } else {
+            self.get(&format!("/v1/admin/approvals/{id}")).await
+        }
+    }
+
+    /// Approves (approver key only: an approval must name a person).
+    pub async fn approve(&self, id: &str, comment: Option<String>) -> Result<Approval, Error> {
+        let path = format!("/v1/approvals/{}/approve", segment(id)?);
+        let body = DecideApprovalRequest { comment };
+        self.call(reqwest::Method::POST, &path, NO_QUERY, Some(&body))
+            .await
+    }
+
+    /// Denies, as an approver (`as_approver`) or as the administrator.
+    pub async fn deny(
+        &self,
+        id: &str,
+        comment: Option<String>,
+        as_approver: bool,
+    ) -> Result<Approval, Error> {
+        let id = segment(id)?;
+        let path = if as_approver {
+            format!("/v1/approvals/{id}/deny")
+        } else {
+            format!("/v1/admin/approvals/{id}/deny")
+        };
+        let body = DecideApprovalRequest { comment };
+        self.call(reqwest::Method::POST, &path, NO_QUERY, Some(&body))
+            .await
+    }
 }
 
 /// A path segment as given, if it cannot change the path: an id or a name

@@ -228,7 +228,9 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         | Command::Init { .. }
         | Command::Login { .. }
         | Command::Status { .. }
-        | Command::Completions { .. } => bail!("not an admin command"),
+        | Command::Completions { .. }
+        | Command::Approvers(_)
+        | Command::Approvals(_) => bail!("not an admin command"),
     }
     Ok(())
 }

@@ -12,6 +12,7 @@
 //! policy tools, `exec` and `backends check` document their own (docs/cli.md).
 
 mod admin;
+mod approvals;
 mod audit;
 mod backends;
 mod child;
@@ -118,6 +119,18 @@ pub enum Command {
     #[command(subcommand)]
     #[command(after_help = "Examples:\n  tessera keys list\n  tessera keys rotate")]
     Keys(KeysCommand),
+    /// Mint, list and revoke approver keys (the people who approve).
+    #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  tessera approvers create dana-laptop --user dana\n  tessera approvers list\n  tessera approvers revoke APPROVER_ID"
+    )]
+    Approvers(approvals::ApproversCommand),
+    /// List, show, approve and deny approvals.
+    #[command(subcommand)]
+    #[command(
+        after_help = "Examples:\n  tessera approvals list\n  tessera approvals show APPROVAL_ID\n  TESSERA_APPROVER_KEY_FILE=dana.key tessera approvals approve APPROVAL_ID --comment ok\n  tessera approvals deny APPROVAL_ID --comment 'not now'"
+    )]
+    Approvals(approvals::ApprovalsCommand),
     /// Run a command with an emptied environment plus only the credentials asked
     /// for; revoke them when it exits.
     #[command(
@@ -438,6 +451,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Token(cmd) => sandbox::token(cmd),
         Command::Policy(command) => policy::run(command),
         Command::Audit(cmd) => block_on_remote(audit::run(cmd)),
+        Command::Approvers(cmd) => block_on_remote(approvals::approvers(cmd)),
+        Command::Approvals(cmd) => block_on_remote(approvals::approvals(cmd)),
         Command::Backends(BackendsCommand::Check { name, config, json }) => {
             backends_check(&name, &config, json)
         }

@@ -65,6 +65,15 @@ pub struct ExecArgs {
     /// leaving processes behind, how long they get before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub grace: String,
+    /// What exactly the command will do, as a JSON object, for every grant:
+    /// shown to approvers, hashed into each capability's `args` claim, seen by
+    /// policy as `context.arguments`.
+    #[arg(long, value_name = "JSON")]
+    pub arguments: Option<String>,
+    /// When a grant needs a human approval, wait up to this long for it
+    /// (the status is printed on stderr), then run the command; 0s: do not wait.
+    #[arg(long, value_name = "DURATION", default_value = "15m")]
+    pub approval_wait: String,
     /// Run the command as this user (name or uid; exec must be root): the
     /// command can then neither read a token file that only root may, nor read
     /// exec's /proc entries, nor signal exec. Its HOME, USER and LOGNAME are
@@ -430,11 +439,35 @@ async fn obtain(
     held: &mut Vec<Capability>,
     holder: &Holder,
 ) -> Result<(), Error> {
+    let arguments: Option<serde_json::Value> = args
+        .arguments
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| Error::Config(format!("--arguments: not JSON: {e}")))?;
+    let wait = crate::grammar::parse_duration(&args.approval_wait)
+        .map_err(|e| Error::Config(format!("--approval-wait: {e}")))?;
+    let status = |a: &tessera_client::types::Approval| {
+        let rules: Vec<String> = a.approvers.iter().map(ToString::to_string).collect();
+        eprintln!(
+            "tessera: approval {} for {} on {} is {} (approvers: {}; expires {})",
+            a.approval_id,
+            a.action,
+            a.resource,
+            a.status.as_str(),
+            rules.join("; "),
+            a.expires_at
+        );
+    };
     let ask = |action: &str, resource: &str| {
         let (action, resource) = (action.to_owned(), resource.to_owned());
+        let (arguments, status) = (arguments.as_ref(), &status);
         async move {
             let ask = tessera_client::Ask {
                 hold: Some(&args.hold),
+                arguments,
+                wait_for_approval: (!wait.is_zero()).then_some(wait),
+                on_approval: Some(status),
                 ..Default::default()
             };
             client.capability_with(&action, &resource, &ask).await
