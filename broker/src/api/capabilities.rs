@@ -136,6 +136,19 @@ pub async fn request(
         }
     }
 
+    if let Some(at) = req
+        .arguments
+        .as_ref()
+        .and_then(|a| deceptive_at(a, "arguments"))
+    {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidArguments,
+            format!(
+                "{at}: a control, bidirectional, separator or invisible character \
+                 (what an approver sees must be what is there; tab and newline are allowed)"
+            ),
+        ));
+    }
     let arguments = req
         .arguments
         .as_ref()
@@ -288,6 +301,34 @@ struct Bound {
     args_hash: Option<String>,
     /// The approval redeemed for it, and the gates it met.
     approval: Option<(String, String)>,
+}
+
+/// Where in `v` a key or string holds a character that would make what an
+/// approver reads differ from what is there (as in task attributes,
+/// [`crate::names::is_deceptive`]); tab and newline are text.
+fn deceptive_at(v: &serde_json::Value, at: &str) -> Option<String> {
+    let bad = |s: &str| {
+        s.chars()
+            .any(|c| (c.is_control() && c != '\n' && c != '\t') || crate::names::is_deceptive(c))
+    };
+    match v {
+        serde_json::Value::String(s) if bad(s) => Some(at.to_owned()),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| deceptive_at(x, &format!("{at}[{i}]"))),
+        serde_json::Value::Object(m) => m.iter().find_map(|(k, x)| {
+            if bad(k) {
+                Some(format!("{at} (a key)"))
+            } else {
+                deceptive_at(
+                    x,
+                    &format!("{at}.{}", k.chars().take(64).collect::<String>()),
+                )
+            }
+        }),
+        _ => None,
+    }
 }
 
 /// Shortest and longest hold: renewals come every third of it, so a shorter

@@ -325,6 +325,10 @@ async fn denied_changed_and_foreign_approvals_issue_nothing(app: TestApp) {
         json!({"service": "web", "commit": 1.5, "environment": "staging"}),
         json!(["not", "an", "object"]),
         json!({"service": {"__entity": {"type": "Tessera::User", "id": "dana"}}, "commit": "c", "environment": "e"}),
+        // What an approver reads must be what is there.
+        json!({"service": "web", "commit": "c", "environment": "staging\u{202E}noitcudorp"}),
+        json!({"service": "web\u{200B}", "commit": "c", "environment": "staging"}),
+        json!({"service": "web", "commit": "c\u{1b}[2J", "environment": "staging"}),
     ] {
         assert_error(
             ask(&app, &bob, &bad, None).await,
