@@ -121,8 +121,8 @@ pub fn still_permitted(
             // Gated: only by an approval of exactly the gates in force.
             let approved = constraints.approval.is_none()
                 || held.approved_for.as_deref() == Some(constraints.approvers().as_str());
-            let uses = if held.approved_for.is_some() && constraints.uses.is_none() {
-                1
+            let uses = if held.approved_for.is_some() {
+                constraints.approved_uses(effective.uses.value)
             } else {
                 effective.uses.value
             };

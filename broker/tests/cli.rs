@@ -221,7 +221,7 @@ async fn full_flow_leaves_no_secret_anywhere() {
     let end: Value = serde_json::from_slice(&end.stdout).unwrap();
     assert_eq!(
         end["revoked"],
-        json!({ "capabilities": 1, "leases": 1, "pending": 0 })
+        json!({ "capabilities": 1, "leases": 1, "pending": 0, "approvals": 0 })
     );
     let intro: Value = http
         .post(format!("{}/v1/introspect", broker.addr))

@@ -184,7 +184,7 @@ async fn json_logs_are_json_from_the_first_line_and_say_what_started() {
     assert_eq!(f["addr"], format!("127.0.0.1:{port}"), "{f}");
     assert!(f["store"].as_str().unwrap().contains("tessera.db"), "{f}");
     assert!(f["policies"].as_u64().unwrap() > 0, "{f}");
-    assert_eq!(f["backends"], "svc-reports(token)", "{f}");
+    assert_eq!(f["backends"], "deployer(token),svc-reports(token)", "{f}");
     assert!(
         events.iter().any(|e| e["fields"]["exports"]
             .as_str()

@@ -248,7 +248,7 @@ function storage(page) {
 const DEPLOY = {
   action: 'invoke',
   resource: 'deployer:prod/web',
-  arguments: { service: 'web', commit: '4f2a9c1', environment: 'prod' },
+  arguments: { service: 'web', commit: '4f2a9c1', environment: 'staging' },
 };
 const HOSTILE = {
   action: 'invoke',
@@ -383,10 +383,17 @@ step('an approver signs in, reads the arguments and approves; the waiting client
 
   const { approval, issued } = await within(45_000, s.waiting, 'the waiting client');
   assert.equal(approval.status, 'approved');
+  // The run sees that it was approved, not by whom nor why (people it could try to deceive).
   assert.equal(approval.decisions.length, 1);
-  assert.equal(approval.decisions[0].user, 'dana');
   assert.equal(approval.decisions[0].decision, 'approve');
-  assert.equal(approval.decisions[0].comment, 'Commit reviewed, ship it');
+  assert.equal(approval.decisions[0].user, null);
+  assert.equal(approval.decisions[0].comment, null);
+  assert.equal(approval.policy, '');
+  // The admin sees who decided, and why.
+  const full = await must(200, 'GET', `/v1/admin/approvals/${s.approval.approval_id}`, { bearer: adminToken });
+  assert.equal(full.decisions[0].user, 'dana');
+  assert.equal(full.decisions[0].approver, 'dana-laptop');
+  assert.equal(full.decisions[0].comment, 'Commit reviewed, ship it');
   assert.equal(issued.status, 201, JSON.stringify(issued.body));
   assert.ok(issued.body.token, 'a capability token');
   assert.equal(issued.body.args, s.approval.args, 'bound to the approved arguments');

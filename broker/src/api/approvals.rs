@@ -77,6 +77,15 @@ pub(super) async fn open(
         }
         Requested::Existing(r) => r,
         Requested::RunInactive => return Err(refusals::run_inactive(RunState::Ended)),
+        Requested::Denied(r) => {
+            return Err(ApiError {
+                message: format!(
+                "approval {} for this request was denied; a denial stands for the rest of the run",
+                r.id
+            ),
+                ..refusals::redemption(ApprovalStatus::Denied)
+            })
+        }
         Requested::TooMany => {
             return Err(ApiError {
                 message: format!(
@@ -242,7 +251,17 @@ pub async fn show(
             })
             .ok_or_else(refusals::unknown_approval)?;
         let now = app.clock.now();
-        let approval = wire(&view, now);
+        let mut approval = wire(&view, now);
+        if let RunOrApprover::Run(_) = &caller {
+            // The sandbox learns where its request stands, not which policy held
+            // it nor who the approvers are (people it could try to deceive).
+            approval.policy = String::new();
+            for d in &mut approval.decisions {
+                d.approver = "approver".to_owned();
+                d.user = None;
+                d.comment = None;
+            }
+        }
         if approval.status != ApprovalStatus::Pending || tokio::time::Instant::now() >= deadline {
             return Ok(Json(approval));
         }
@@ -347,11 +366,15 @@ refusals!(DecideRefusals {
 fn comment_of(req: &DecideApprovalRequest) -> Result<Option<String>, ApiError> {
     match &req.comment {
         Some(c)
-            if c.chars().count() > 1000 || c.chars().any(|ch| ch.is_control() && ch != '\n') =>
+            if c.chars().count() > 1000
+                || c.chars().any(|ch| {
+                    (ch.is_control() && ch != '\n') || crate::names::is_deceptive(ch)
+                }) =>
         {
             Err(ApiError::bad_request(
                 ErrorCode::InvalidRequest,
-                "comment: at most 1000 characters, no control characters but newlines",
+                "comment: at most 1000 characters; no control (but newline), bidirectional or \
+                 invisible characters",
             ))
         }
         Some(c) if c.trim().is_empty() => Ok(None),
@@ -641,6 +664,14 @@ pub async fn create_approver(
             "user must be 1-128 of [A-Za-z0-9._@+-]",
         ));
     }
+    if app.policy().groups_of(&req.user).is_none() {
+        // A rule names users and groups of entities.json: a key for anyone else
+        // could approve nothing, or, for `any`, let an invented person approve.
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidUser,
+            "the user is not in the policy's entities.json",
+        ));
+    }
     let key = new_secret(APPROVER_KEY_PREFIX);
     let record = ApproverRecord {
         id: new_id(),
@@ -723,8 +754,9 @@ refusals!(RevokeApproverRefusals {
 
 /// Revoke an approver key
 ///
-/// The key stops working at once; its past decisions stand. Revoking a revoked key is not an
-/// error.
+/// The key stops working at once, and its approvals stop counting: an approval it helped approve
+/// that is not redeemed yet goes back to pending unless the other approvals meet the rules.
+/// Revoking a revoked key is not an error.
 #[utoipa::path(
     post,
     path = "/v1/admin/approvers/{id}/revoke",
@@ -761,6 +793,10 @@ pub async fn revoke_approver(
         .submit(RevokeApprover {
             id: id.clone(),
             audit,
+            groups_of: {
+                let policy = app.policy();
+                Arc::new(move |user: &str| policy.groups_of(user).unwrap_or_default())
+            },
         })
         .await?
         .ok_or_else(unknown)?;

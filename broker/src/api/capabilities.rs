@@ -268,8 +268,9 @@ pub async fn request(
             app.metrics.capability("refused");
             return Err(record_refusal(&app, &run, audit, refusal).await);
         }
+        // The hash binds `{}` when there were no arguments; the recorded arguments
+        // stay as asked, so re-authorization decides the request as it was made.
         bound.args_hash = Some(args_hash);
-        bound.arguments = Some(canonical);
         bound.approval = Some((approval_id.clone(), approvers));
     }
 
@@ -387,9 +388,9 @@ async fn sign_and_record(
     // One rule for what a capability gets, shared with `tessera policy explain/test`.
     let effective = Effective::new(constraints, &app.config.limits, requested_ttl);
     let expires_at = (now + effective.ttl.value.as_secs() as i64).min(run.expires_at);
-    // An approved capability is single-use unless a permit's @uses says otherwise.
-    let uses = if bound.approval.is_some() && constraints.uses.is_none() {
-        1
+    // An approved capability is single-use unless a gated permit's @uses says otherwise.
+    let uses = if bound.approval.is_some() {
+        constraints.approved_uses(effective.uses.value)
     } else {
         effective.uses.value
     };

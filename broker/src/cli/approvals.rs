@@ -16,6 +16,18 @@ use std::path::PathBuf;
 use tessera_client::types::{Approval, ApprovalListQuery, CreateApproverRequest};
 use tessera_client::AdminClient;
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_agents_text_is_spelled_out() {
+        assert_eq!(
+            super::shown("a\u{202e}b\u{1b}[2J\u{200b}"),
+            "a\\u{202e}b\\u{001b}[2J\\u{200b}"
+        );
+        assert_eq!(super::shown("plain é"), "plain é");
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ApproversCommand {
     #[command(
@@ -82,7 +94,7 @@ pub enum ApprovalsCommand {
         who: As,
     },
     #[command(
-        after_help = "Examples:\n  TESSERA_APPROVER_KEY_FILE=dana.key tessera approvals approve APPROVAL_ID --comment 'matches CHG-42'"
+        after_help = "Examples:\n  tessera approvals approve APPROVAL_ID --approver-key-file dana.key --comment 'matches CHG-42'\n  TESSERA_APPROVER_KEY_FILE=dana.key tessera approvals approve APPROVAL_ID"
     )]
     /// Approve (needs an approver key).
     Approve {
@@ -239,6 +251,22 @@ fn rules(a: &Approval) -> String {
         .join("; ")
 }
 
+/// `text` with every control, bidirectional, separator or invisible character
+/// spelled out (`\u{202e}`): what an agent wrote can neither drive the terminal
+/// nor read differently from what it is. (The broker refuses them in arguments
+/// and comments already; this holds for a broker that did not.)
+fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() || crate::names::is_deceptive(c) {
+                format!("\\u{{{:04x}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn show(remote: &Remote, a: &Approval) {
     if remote.json {
         print_json(a);
@@ -255,12 +283,7 @@ fn show(remote: &Remote, a: &Approval) {
     println!("arguments (sha256 {}):", a.args);
     let pretty = serde_json::to_string_pretty(&a.arguments).unwrap_or_default();
     for line in pretty.lines() {
-        // Control characters in an agent's arguments must not drive the terminal.
-        let safe: String = line
-            .chars()
-            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-            .collect();
-        println!("  {safe}");
+        println!("  {}", shown(line));
     }
     for d in &a.decisions {
         println!(
@@ -271,7 +294,7 @@ fn show(remote: &Remote, a: &Approval) {
             d.at,
             d.comment
                 .as_deref()
-                .map(|c| format!(": {c}"))
+                .map(|c| format!(": {}", shown(c)))
                 .unwrap_or_default()
         );
     }

@@ -51,17 +51,7 @@ pub struct ApprovalsConfig {
 }
 
 fn is_url(url: &str) -> bool {
-    url.len() <= 2048
-        && !url.chars().any(|c| c.is_whitespace() || c.is_control())
-        && (url.starts_with("https://")
-            || [
-                "http://127.",
-                "http://localhost:",
-                "http://localhost/",
-                "http://[::1]",
-            ]
-            .iter()
-            .any(|p| url.starts_with(p)))
+    super::is_safe_destination(url)
 }
 
 pub(super) fn resolve(raw: RawApprovals) -> Result<ApprovalsConfig, ConfigError> {

@@ -55,19 +55,9 @@ pub(super) fn resolve(
         ));
     }
     if let Some(url) = &raw.witness_url {
-        let malformed =
-            url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control());
         // Plain http only to this machine: a checkpoint on the wire in clear
         // could be dropped or replaced by anyone on the path.
-        let loopback = [
-            "http://127.",
-            "http://localhost:",
-            "http://localhost/",
-            "http://[::1]",
-        ]
-        .iter()
-        .any(|p| url.starts_with(p));
-        if malformed || !(url.starts_with("https://") || loopback) {
+        if !super::is_safe_destination(url) {
             return Err(err(
                 "audit.witness_url",
                 "must be an https:// URL (http:// only to a loopback address)",

@@ -214,6 +214,32 @@ pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
+/// Whether the broker may send to `url`: `https://`, or `http://` only to a
+/// loopback address (`127.0.0.0/8`, `[::1]`, `localhost`), parsed as a URL —
+/// never a prefix match, which `http://127.0.0.1@elsewhere/` would pass — and
+/// without credentials in it for plain http, which would travel in clear.
+pub(crate) fn is_safe_destination(url: &str) -> bool {
+    if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return false;
+    }
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    match parsed.scheme() {
+        "https" => parsed.host().is_some(),
+        "http" => {
+            let host = parsed.host_str().unwrap_or_default();
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let loopback = host.eq_ignore_ascii_case("localhost")
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            loopback && parsed.username().is_empty() && parsed.password().is_none()
+        }
+        _ => false,
+    }
+}
+
 impl Config {
     /// Loads `file` (if given; in `--dev` a missing file is fine) and applies
     /// environment and command-line overrides, then validates everything. Every
@@ -627,6 +653,31 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn only_https_or_loopback_http_is_a_destination() {
+        for ok in [
+            "https://hooks.example.com/x",
+            "http://127.0.0.1:8080/hook",
+            "http://127.9.9.9/",
+            "http://localhost:9/x",
+            "http://[::1]:9/x",
+        ] {
+            assert!(super::is_safe_destination(ok), "{ok}");
+        }
+        for bad in [
+            "http://127.0.0.1@evil.example/",
+            "http://127.evil.example/",
+            "http://localhost.evil.example/",
+            "http://user:pw@127.0.0.1/",
+            "http://10.0.0.1/",
+            "ftp://127.0.0.1/",
+            "https:// spaced",
+            "not a url",
+        ] {
+            assert!(!super::is_safe_destination(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! receiver answers 2xx, with backoff, across restarts. The body says who asks
 //! for what and links to the console; it never holds a token. With a secret
 //! the body is signed: `Tessera-Signature: t=UNIX,v1=HEX`, where HEX is
-//! HMAC-SHA256(secret, "UNIX.BODY") — the receiver recomputes it, compares in
-//! constant time and refuses a stale `t` (docs/approvals.md).
+//! HMAC-SHA256(secret, "UNIX.DELIVERY.BODY") and DELIVERY is the
+//! `Tessera-Delivery` header — the receiver recomputes it, compares in
+//! constant time, refuses a stale `t` and deduplicates on the delivery id
+//! (docs/approvals.md).
 
 use crate::app::{App, AppState};
 use crate::config::approvals::{Webhook, WebhookFormat};
@@ -30,7 +32,7 @@ pub fn announcement(app: &App, run: &RunRecord, record: &ApprovalRecord) -> Opti
         .approvals
         .console_url
         .as_ref()
-        .map(|c| format!("{}/#/approvals/{}", c.trim_end_matches('/'), record.id));
+        .map(|c| format!("{}/#/approvals", c.trim_end_matches('/')));
     let arguments: serde_json::Value =
         serde_json::from_str(&record.arguments).unwrap_or(serde_json::Value::Null);
     let body = match webhook.format {
@@ -55,33 +57,46 @@ pub fn announcement(app: &App, run: &RunRecord, record: &ApprovalRecord) -> Opti
                 args.truncate(args.floor_char_boundary(500));
                 args.push('…');
             }
+            let e = slack_text;
             let mut text = format!(
-                "Approval needed ({}): {} wants `{}` on `{}` (run {}, task {} {}, runtime {})\nArguments: `{}`\nExpires {}",
-                record.approvers,
-                run.user,
-                record.action,
-                record.resource,
+                "Approval needed ({}): {} wants `{}` on `{}` (run {}, task {} {}, runtime {})\nArguments:\n```{}```\nExpires {}",
+                e(&record.approvers),
+                e(&run.user),
+                e(&record.action),
+                e(&record.resource),
                 run.id,
-                run.task_kind,
-                run.task_id,
-                run.runtime_name,
-                args,
+                e(&run.task_kind),
+                e(&run.task_id),
+                e(&run.runtime_name),
+                e(&args),
                 crate::clock::rfc3339(record.expires_at),
             );
             if let Some(link) = &link {
                 let _ = write!(text, "\n<{link}|Review in the Tessera console>");
             }
-            serde_json::json!({ "text": text })
+            serde_json::json!({ "text": text, "unfurl_links": false, "unfurl_media": false })
         }
     };
     Some(body.to_string())
 }
 
-/// `t=UNIX,v1=HEX` for `body` sent at `t`.
-pub fn signature(secret: &str, t: i64, body: &str) -> String {
+/// Text an agent chose, made inert in a Slack message: `&`, `<` and `>` are
+/// escaped as Slack asks (no links, mentions or `<!channel>`), and backticks
+/// become `ˋ` so the text cannot close its code span.
+fn slack_text(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('`', "ˋ")
+}
+
+/// `t=UNIX,v1=HEX` for `body` sent at `t` as delivery `delivery`: HMAC-SHA256
+/// over `"{t}.{delivery}.{body}"`, so neither the time nor the delivery id
+/// (what a receiver deduplicates on) can be changed on a replay.
+pub fn signature(secret: &str, t: i64, delivery: &str, body: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
         .expect("HMAC accepts a key of any length");
-    mac.update(format!("{t}.{body}").as_bytes());
+    mac.update(format!("{t}.{delivery}.{body}").as_bytes());
     let mut hex = String::with_capacity(64);
     for b in mac.finalize().into_bytes() {
         let _ = write!(hex, "{b:02x}");
@@ -140,7 +155,7 @@ async fn send(
     if let Some(secret) = &webhook.secret {
         req = req.header(
             "tessera-signature",
-            signature(secret.expose_secret(), now, &d.body),
+            signature(secret.expose_secret(), now, &d.id, &d.body),
         );
     }
     // The error's text never carries the URL (it may hold a credential).
@@ -187,11 +202,22 @@ mod tests {
     fn the_signature_is_hmac_of_time_dot_body() {
         // RFC 4231 style check against an independent computation is in the
         // API test (the receiver verifies); here the shape and determinism.
-        let a = signature("k".repeat(32).as_str(), 1_700_000_000, "{}");
+        let k = "k".repeat(32);
+        let a = signature(&k, 1_700_000_000, "d1", "{}");
         assert!(a.starts_with("t=1700000000,v1="));
         assert_eq!(a.len(), "t=1700000000,v1=".len() + 64);
-        assert_eq!(a, signature(&"k".repeat(32), 1_700_000_000, "{}"));
-        assert_ne!(a, signature(&"k".repeat(32), 1_700_000_001, "{}"));
+        assert_eq!(a, signature(&k, 1_700_000_000, "d1", "{}"));
+        assert_ne!(a, signature(&k, 1_700_000_001, "d1", "{}"));
+        assert_ne!(a, signature(&k, 1_700_000_000, "d2", "{}"));
+    }
+
+    #[test]
+    fn an_agents_text_cannot_mark_up_a_slack_message() {
+        let e = slack_text("`x` <!channel> <https://evil|console> & co");
+        assert_eq!(
+            e,
+            "ˋxˋ &lt;!channel&gt; &lt;https://evil|console&gt; &amp; co"
+        );
     }
 
     #[test]

@@ -198,6 +198,9 @@ impl Constraints {
                 self.approval = Some(id.to_string());
             }
             self.gates.push((id.to_string(), gate.clone()));
+            if let Some(uses) = c.uses {
+                self.gated_uses = Some(self.gated_uses.map_or(uses, |u| u.min(uses)));
+            }
         }
     }
 }

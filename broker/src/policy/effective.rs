@@ -148,6 +148,7 @@ mod tests {
             rate: Some((rate("60/min"), "c".into())),
             approval: Some("d".into()),
             gates: vec![],
+            gated_uses: None,
         };
         let e = Effective::new(&c, &limits(), None);
         assert_eq!(
@@ -185,6 +186,7 @@ mod tests {
             rate: Some((rate("10/s"), "fast".into())),
             approval: None,
             gates: vec![],
+            gated_uses: None,
         };
         let e = Effective::new(&c, &limits(), None);
         assert_eq!((e.ttl.value, &e.ttl.source), (60 * MIN, &Source::ServerCap));

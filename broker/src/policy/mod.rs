@@ -160,6 +160,8 @@ pub struct Constraints {
     pub approval: Option<String>,
     /// Every satisfied permit's approval gate, by policy id: all must be met.
     pub gates: Vec<(String, approval_gate::ApprovalGate)>,
+    /// The smallest `@uses` among the permits that carry a gate.
+    pub gated_uses: Option<u32>,
 }
 
 impl Constraints {
@@ -167,6 +169,13 @@ impl Constraints {
     pub fn approvers(&self) -> String {
         let gates: Vec<_> = self.gates.iter().map(|(_, g)| g.clone()).collect();
         approval_gate::describe(&gates)
+    }
+
+    /// Uses of a capability redeemed from an approval: the gated permits' `@uses`
+    /// (1 when none says), never more than `effective` — a looser permit
+    /// satisfied beside them cannot turn one approved action into many.
+    pub fn approved_uses(&self, effective: u32) -> u32 {
+        self.gated_uses.unwrap_or(1).min(effective)
     }
 
     /// How long an approval may wait: the shortest `@approval_ttl` of the gates.

@@ -120,6 +120,8 @@ pub enum Requested {
     Existing(ApprovalRecord),
     RunInactive,
     TooMany,
+    /// The same request was denied in this run: asking again does not reopen it.
+    Denied(ApprovalRecord),
 }
 
 /// Opens an approval (or finds the open one for the same request), with its
@@ -178,6 +180,25 @@ impl WriteOp for RequestApproval {
                 {
                     return Ok(Requested::Existing(existing));
                 }
+            }
+            // A denial stands for the rest of the run: an agent that asks again and
+            // again must not wear approvers down.
+            let q = ctx.sql(concat!(
+                "SELECT ",
+                approval_columns!(),
+                " FROM approvals a WHERE a.run_id = $1 AND a.action = $2 AND a.resource = $3 \
+                 AND a.args_hash = $4 AND a.status = 'denied' LIMIT 1"
+            ));
+            let denied = sqlx::query(&q)
+                .bind(&r.run_id)
+                .bind(&r.action)
+                .bind(&r.resource)
+                .bind(&r.args_hash)
+                .fetch_optional(&mut *ctx.conn)
+                .await?;
+            if let Some(row) = denied {
+                let record = record_from(&row).map_err(|e| sqlx::Error::Decode(e.into()))?;
+                return Ok(Requested::Denied(record));
             }
             if open.len() as i64 >= MAX_OPEN_PER_RUN {
                 return Ok(Requested::TooMany);
@@ -247,9 +268,8 @@ pub enum Decided {
 }
 
 /// One approver's (or an administrator's) decision on approval `id`. The
-/// caller has checked admission and four-eyes against the record it read;
-/// `expect_run` and `expect_approvers` make the write hold only for that
-/// record.
+/// caller has checked admission and four-eyes against the record it read; the
+/// rules and the votes are read again here, inside the transaction.
 pub struct Decide {
     pub id: String,
     pub voter: Voter,
@@ -320,17 +340,7 @@ impl WriteOp for Decide {
             let new_status = if !self.approve {
                 Some(ApprovalStatus::Denied)
             } else {
-                let q = ctx.sql(
-                    "SELECT user_name FROM approval_decisions \
-                     WHERE approval_id = $1 AND decision = 'approve' AND user_name IS NOT NULL",
-                );
-                let users: Vec<String> = sqlx::query(&q)
-                    .bind(&self.id)
-                    .fetch_all(&mut *ctx.conn)
-                    .await?
-                    .iter()
-                    .map(|r| r.try_get("user_name"))
-                    .collect::<Result<_, _>>()?;
+                let users = approving_users(ctx, &self.id).await?;
                 let gates = approval_gate::parse_described(&record.approvers)
                     .map_err(|e| sqlx::Error::Decode(e.into()))?;
                 let met = gates_met(&gates, &users, &*self.groups_of);
@@ -373,6 +383,62 @@ impl WriteOp for Decide {
             ))
         })
     }
+}
+
+/// The users whose approval of `approval_id` counts: by a key not revoked since.
+pub(crate) async fn approving_users(
+    ctx: &mut WriteCtx<'_>,
+    approval_id: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    let q = ctx.sql(
+        "SELECT d.user_name FROM approval_decisions d JOIN approvers k ON k.name = d.approver \
+         WHERE d.approval_id = $1 AND d.decision = 'approve' AND k.revoked_at IS NULL",
+    );
+    sqlx::query(&q)
+        .bind(approval_id)
+        .fetch_all(&mut *ctx.conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get("user_name"))
+        .collect()
+}
+
+/// After approver key `name` was revoked: every approval it helped approve
+/// that is not yet redeemed is counted again without it, and goes back to
+/// pending when the rules are no longer met. Returns those ids.
+pub(crate) async fn recount_without(
+    ctx: &mut WriteCtx<'_>,
+    name: &str,
+    groups_of: &(dyn Fn(&str) -> Vec<String> + Send + Sync),
+) -> Result<Vec<String>, sqlx::Error> {
+    let now = ctx.now();
+    let q = ctx.sql(
+        "SELECT a.id, a.approvers FROM approvals a JOIN approval_decisions d ON d.approval_id = a.id \
+         WHERE d.approver = $1 AND d.decision = 'approve' AND a.status = 'approved' \
+         AND a.capability_id IS NULL AND a.expires_at > $2",
+    );
+    let rows = sqlx::query(&q)
+        .bind(name)
+        .bind(now)
+        .fetch_all(&mut *ctx.conn)
+        .await?;
+    let mut reopened = Vec::new();
+    for row in &rows {
+        let id: String = row.try_get("id")?;
+        let rules: String = row.try_get("approvers")?;
+        let gates =
+            approval_gate::parse_described(&rules).map_err(|e| sqlx::Error::Decode(e.into()))?;
+        let users = approving_users(ctx, &id).await?;
+        if !gates_met(&gates, &users, groups_of) {
+            let q = ctx.sql(
+                "UPDATE approvals SET status = 'pending', decided_at = NULL \
+                 WHERE id = $1 AND status = 'approved' AND capability_id IS NULL",
+            );
+            sqlx::query(&q).bind(&id).execute(&mut *ctx.conn).await?;
+            reopened.push(id);
+        }
+    }
+    Ok(reopened)
 }
 
 /// Whether every gate has its count of distinct approving users it admits.

@@ -53,10 +53,13 @@ impl WriteOp for CreateApprover {
 }
 
 /// Revokes approver key `id`: `None` when unknown, `Some(false)` when it was
-/// already revoked.
+/// already revoked. Its approvals stop counting: an approved approval it made
+/// that is not redeemed yet goes back to pending unless the others suffice
+/// (`groups_of`: membership under the policy in force).
 pub struct RevokeApprover {
     pub id: String,
     pub audit: AuditEvent,
+    pub groups_of: super::approvals::GroupsOf,
 }
 
 impl WriteOp for RevokeApprover {
@@ -66,7 +69,7 @@ impl WriteOp for RevokeApprover {
         ctx: &'a mut WriteCtx<'_>,
     ) -> BoxFuture<'a, Result<Option<bool>, sqlx::Error>> {
         Box::pin(async move {
-            let q = ctx.sql("SELECT revoked_at FROM approvers WHERE id = $1");
+            let q = ctx.sql("SELECT name, revoked_at FROM approvers WHERE id = $1");
             let Some(row) = sqlx::query(&q)
                 .bind(&self.id)
                 .fetch_optional(&mut *ctx.conn)
@@ -78,13 +81,23 @@ impl WriteOp for RevokeApprover {
             if revoked_at.is_some() {
                 return Ok(Some(false));
             }
+            let name: String = sqlx::Row::try_get(&row, "name")?;
             let q = ctx.sql("UPDATE approvers SET revoked_at = $1 WHERE id = $2");
             sqlx::query(&q)
                 .bind(ctx.now())
                 .bind(&self.id)
                 .execute(&mut *ctx.conn)
                 .await?;
-            ctx.audit(&self.audit).await?;
+            let reopened = super::approvals::recount_without(ctx, &name, &*self.groups_of).await?;
+            let mut ev = self.audit.clone();
+            if !reopened.is_empty() {
+                ev.detail = Some(format!(
+                    "{} reopened={}",
+                    ev.detail.as_deref().unwrap_or_default(),
+                    reopened.join(",")
+                ));
+            }
+            ctx.audit(&ev).await?;
             Ok(Some(true))
         })
     }

@@ -16,6 +16,11 @@ const DEPLOYS: &str = r#"
 permit (principal, action == Tessera::Action::"invoke", resource)
 when { resource.backend == "deployer" && context has arguments };
 
+// A looser permit beside the gated ones: it must not turn one approval into many uses.
+@id("gina-may-invoke-often") @uses("50") @ttl("5m")
+permit (principal == Tessera::User::"gina", action == Tessera::Action::"invoke", resource)
+when { resource.backend == "deployer" };
+
 @id("prod-needs-finance-twice") @approval("2 of group:finance") @ttl("5m")
 permit (principal, action == Tessera::Action::"invoke", resource)
 when { resource.backend == "deployer" && context has arguments
@@ -192,7 +197,12 @@ async fn approved_is_issued_once_bound_to_its_arguments(app: TestApp) {
     assert_eq!(v["status"], "approved");
     assert_eq!(v["decisions"][0]["user"], "dana");
     assert_eq!(v["decisions"][0]["comment"], "matches CHG-42");
-    assert_eq!(status_of(&app, &bob, &id).await["status"], "approved");
+    // The run sees where it stands, not which policy held it nor who decided.
+    let own = status_of(&app, &bob, &id).await;
+    assert_eq!(own["status"], "approved");
+    assert_eq!(own["policy"], "");
+    assert_eq!(own["decisions"][0]["approver"], "approver");
+    assert!(own["decisions"][0]["user"].is_null() && own["decisions"][0]["comment"].is_null());
 
     // Redeemed: one capability, single-use, carrying the hash of the canonical arguments.
     let (status, cap) = json_of(ask(&app, &bob, &args, Some(&id)).await).await;
@@ -314,6 +324,22 @@ async fn denied_changed_and_foreign_approvals_issue_nothing(app: TestApp) {
         "approval_denied",
     )
     .await;
+    // …and asking again does not reopen it: approvers are not worn down.
+    let before_reask = app.count("approvals").await;
+    assert_error(
+        ask(&app, &bob, &other, None).await,
+        StatusCode::FORBIDDEN,
+        "approval_denied",
+    )
+    .await;
+    assert_eq!(app.count("approvals").await, before_reask);
+    // A comment an approver cannot read as written is refused.
+    assert_error(
+        decide(&app, &dana, &a, "deny", "ok\u{202e}").await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    )
+    .await;
     assert_eq!(app.count("capabilities").await, 0);
 
     // Bad arguments are a 400 before anything is opened.
@@ -373,6 +399,18 @@ async fn nobody_approves_their_own_request_and_only_approver_keys_decide(app: Te
         )
         .await;
     }
+    // A key only for a user of entities.json.
+    assert_error(
+        app.post(
+            "/v1/admin/approvers",
+            Some(&app.admin_token),
+            json!({"name": "ghost", "user": "nobody-here"}),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "invalid_user",
+    )
+    .await;
     // A revoked key stops at once.
     let list: Value = app
         .get("/v1/admin/approvers", Some(&app.admin_token))
@@ -725,7 +763,8 @@ async fn pending_approvals_are_announced_signed_and_retried(app: TestApp) {
     let sig = headers["tessera-signature"].to_str().unwrap();
     let (t, v1) = sig.strip_prefix("t=").unwrap().split_once(",v1=").unwrap();
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{t}.{body}").as_bytes());
+    let delivery = headers["tessera-delivery"].to_str().unwrap();
+    mac.update(format!("{t}.{delivery}.{body}").as_bytes());
     let want: String = mac
         .finalize()
         .into_bytes()
@@ -735,7 +774,7 @@ async fn pending_approvals_are_announced_signed_and_retried(app: TestApp) {
     assert_eq!(v1, want);
     let mut forged =
         Hmac::<sha2::Sha256>::new_from_slice(b"another secret of enough length!!").unwrap();
-    forged.update(format!("{t}.{body}").as_bytes());
+    forged.update(format!("{t}.{delivery}.{body}").as_bytes());
     assert_ne!(
         v1,
         forged
@@ -752,8 +791,18 @@ async fn pending_approvals_are_announced_signed_and_retried(app: TestApp) {
     assert_eq!(v["arguments"], deploy("staging"));
     assert_eq!(
         v["console_url"],
-        format!("http://127.0.0.1:8700/console/#/approvals/{id}")
+        "http://127.0.0.1:8700/console/#/approvals"
     );
+    // A replay under another delivery id does not verify.
+    let mut replay = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    replay.update(format!("{t}.another-delivery.{body}").as_bytes());
+    let replayed: String = replay
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_ne!(v1, replayed);
     // Never a token.
     assert!(!body.contains("tsr_"), "{body}");
 }
@@ -764,7 +813,88 @@ fn tempfile_dir() -> std::path::PathBuf {
     d
 }
 
+/// An approval of a request without arguments binds `{}`, and its capability
+/// exchanges (it is decided again as asked: without arguments).
+async fn an_approval_without_arguments_binds_the_empty_object(app: TestApp) {
+    let dana = approver(&app, "dana", "dana").await;
+    let (_k, _r, bob) = app.run_for("bob").await;
+    let body = json!({"action": "invoke", "resource": "svc-reports:deploy/x"});
+    let (status, v) = json_of(app.post("/v1/capabilities", Some(&bob), body.clone()).await).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{v}");
+    let empty = arguments::hash(&json!({})).unwrap();
+    assert_eq!(v["args"], empty.as_str());
+    let id = v["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        decide(&app, &dana, &id, "approve", "").await.status(),
+        StatusCode::OK
+    );
+    let mut redeem = body;
+    redeem["approval_id"] = json!(id);
+    let (status, cap) = json_of(app.post("/v1/capabilities", Some(&bob), redeem).await).await;
+    assert_eq!(status, StatusCode::CREATED, "{cap}");
+    assert_eq!(cap["args"], empty.as_str());
+    let ex = app.exchange_ok(cap["token"].as_str().unwrap()).await;
+    assert_eq!(ex["args"], empty.as_str());
+}
+
+/// Revoking an approver's key takes back what it approved and was not redeemed.
+async fn a_revoked_approvers_approval_stops_counting(app: TestApp) {
+    let app = spawn(store_of(&app)).await;
+    let dana = approver(&app, "dana", "dana").await;
+    let fred = approver(&app, "fred", "fred").await;
+    let (_k, _r, gina) = app.run_for("gina").await;
+    let args = deploy("staging");
+    let id = pending(&app, &gina, &args).await;
+    assert_eq!(
+        decide(&app, &dana, &id, "approve", "").await.status(),
+        StatusCode::OK
+    );
+    let list: Value = app
+        .get("/v1/admin/approvers", Some(&app.admin_token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let dana_id = list["approvers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "dana")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let resp = app
+        .post(
+            &format!("/v1/admin/approvers/{dana_id}/revoke"),
+            Some(&app.admin_token),
+            Value::Null,
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(status_of(&app, &gina, &id).await["status"], "pending");
+    assert_error(
+        ask(&app, &gina, &args, Some(&id)).await,
+        StatusCode::CONFLICT,
+        "approval_pending",
+    )
+    .await;
+    // Another release manager makes it whole again.
+    assert_eq!(
+        decide(&app, &fred, &id, "approve", "").await.status(),
+        StatusCode::OK
+    );
+    let (status, cap) = json_of(ask(&app, &gina, &args, Some(&id)).await).await;
+    assert_eq!(status, StatusCode::CREATED, "{cap}");
+    assert_eq!(
+        cap["uses"], 1,
+        "the looser @uses(50) permit does not multiply an approval"
+    );
+}
+
 crate::both_stores!(
+    an_approval_without_arguments_binds_the_empty_object,
+    a_revoked_approvers_approval_stops_counting,
     pending_approvals_are_announced_signed_and_retried,
     approved_is_issued_once_bound_to_its_arguments,
     denied_changed_and_foreign_approvals_issue_nothing,
