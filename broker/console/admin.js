@@ -387,9 +387,9 @@ export async function auditPage(section, ctx) {
   const rows = h('div', { 'aria-busy': 'true' });
   section.append(h('section', { 'aria-labelledby': 'rows-h' }, h('h2', { id: 'rows-h' }, 'Rows'), form, rows));
 
-  // Checkpoints: the broker does not list the ones it signed (they go to the
-  // witnesses); an admin pastes the witness's lines and the broker says
-  // whether each still matches the store.
+  // The newest checkpoint the store holds (what the broker last signed), then
+  // the check that counts: the witness's own lines, pasted, against the store.
+  section.append(latestCheckpointSection());
   section.append(checkpointsSection(() => head));
 
   const rowsPromise = api('GET', '/v1/admin/audit', { query: { ...filters, order: 'desc', before, limit: 100 } })
@@ -456,6 +456,35 @@ export function parseCheckpoints(text) {
     }
   }
   return out;
+}
+
+/** The newest stored checkpoint: row, time, whether the witness URL took it. */
+function latestCheckpointSection() {
+  const body = h('div', { id: 'latest-checkpoint', 'aria-live': 'polite', 'aria-busy': 'true' }, 'Loading…');
+  api('GET', '/v1/admin/audit/checkpoints/latest')
+    .then((answer) => {
+      clear(body);
+      const c = answer?.latest;
+      if (!c) {
+        add(body, h('p', { class: 'muted' }, 'No checkpoint yet: one is signed every audit.checkpoint_rows rows or checkpoint_interval, and at shutdown.'));
+        return;
+      }
+      add(
+        body,
+        facts([
+          ['Row', code(String(c.seq))],
+          ['Signed', [time(c.signed_at), ` (${relative(c.signed_at)})`]],
+          ['Witness URL', c.witnessed_at ? ['acknowledged ', time(c.witnessed_at)] : `not acknowledged (${c.witness_attempts} attempts; none if no witness_url is set)`],
+        ]),
+        h('p', { class: 'help' }, 'Read from the store, which a checkpoint is meant to check: compare with the copy a witness keeps (below).'),
+      );
+    })
+    .catch((e) => {
+      clear(body);
+      add(body, h('p', { class: 'error' }, e.text || e.message));
+    })
+    .finally(() => body.removeAttribute('aria-busy'));
+  return h('section', { 'aria-labelledby': 'latest-h' }, h('h2', { id: 'latest-h' }, 'Last checkpoint'), body);
 }
 
 function checkpointsSection(getHead) {

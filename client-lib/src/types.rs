@@ -1111,6 +1111,36 @@ pub struct CheckpointsResponse {
     pub results: Vec<CheckpointCheck>,
 }
 
+/// `GET /v1/admin/audit/checkpoints/latest`: the newest checkpoint the store
+/// holds (`null` before the first), and whether the witness took it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LatestCheckpoint {
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub latest: Option<CheckpointInfo>,
+}
+
+/// A stored checkpoint: read from the store, so only a copy held elsewhere
+/// proves anything (check it with `POST /v1/admin/audit/checkpoints/check`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CheckpointInfo {
+    /// The audit row it covers.
+    pub seq: i64,
+    /// That row's link.
+    pub hash: String,
+    /// RFC 3339 UTC time it was signed.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub signed_at: String,
+    /// The signed checkpoint (compact JWS).
+    pub checkpoint: String,
+    /// RFC 3339 UTC time a witness URL acknowledged it, or null (none configured, or not yet).
+    #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
+    pub witnessed_at: Option<String>,
+    /// Deliveries to the witness URL tried so far.
+    pub witness_attempts: i64,
+}
+
 /// What a checkpoint says about the store now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -521,6 +521,9 @@ step('the audit page shows the run\'s rows and the chain verification', async ()
   await waitForText(page.locator('#chain-status'), 'Chain intact');
   await shot(page, 'audit');
 
+  // The newest stored checkpoint is shown, with what the broker's store says of it.
+  const latest = await must(200, 'GET', '/v1/admin/audit/checkpoints/latest', { bearer: adminToken });
+  await waitForText(page.locator('#latest-checkpoint'), latest.latest ? `${latest.latest.seq}` : 'No checkpoint yet');
   // A pasted line that is not a checkpoint is reported, not trusted.
   await page.getByLabel('Checkpoints from a witness').fill('not-a-checkpoint');
   await page.getByRole('button', { name: 'Check checkpoints' }).click();

@@ -16,6 +16,7 @@ use axum::Json;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::{
     AuditPage, AuditQuery, AuditVerifyReport, CheckpointsRequest, CheckpointsResponse,
+    LatestCheckpoint,
 };
 
 const DEFAULT_PAGE: i64 = 100;
@@ -223,6 +224,36 @@ pub async fn check_checkpoints(
             })?;
     let results = crate::audit::checkpoint::check(&app, &keys, &req.checkpoints).await?;
     Ok(Json(CheckpointsResponse { results }))
+}
+
+refusals!(LatestCheckpointRefusals {
+    401 => [Unauthenticated],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// The newest audit checkpoint
+///
+/// The newest checkpoint the store holds, and whether the witness URL acknowledged it; `latest`
+/// is null before the first. It is read from the store, which is what a checkpoint is meant to
+/// check: compare it with a copy held elsewhere (`POST /v1/admin/audit/checkpoints/check`).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/audit/checkpoints/latest",
+    operation_id = "latestAuditCheckpoint",
+    tags = ["admin", "audit"],
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The newest stored checkpoint, or null", body = LatestCheckpoint),
+        LatestCheckpointRefusals,
+    ),
+)]
+pub async fn latest_checkpoint(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+) -> Result<Json<LatestCheckpoint>, ApiError> {
+    let latest = crate::audit::checkpoint::latest(&app.store).await?;
+    Ok(Json(LatestCheckpoint { latest }))
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 
 pub mod admin;
 pub mod approvals;
+pub mod approvers;
 pub mod audit;
 pub mod capabilities;
 pub mod console;
@@ -64,9 +65,9 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(approvals::admin_list))
         .routes(routes!(approvals::admin_show))
         .routes(routes!(approvals::admin_deny))
-        .routes(routes!(approvals::create_approver))
-        .routes(routes!(approvals::list_approvers))
-        .routes(routes!(approvals::revoke_approver))
+        .routes(routes!(approvers::create_approver))
+        .routes(routes!(approvers::list_approvers))
+        .routes(routes!(approvers::revoke_approver))
         .routes(routes!(exchange::exchange))
         .routes(routes!(introspect::introspect))
         .routes(routes!(discovery::jwks))
@@ -81,6 +82,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(admin::list_keys))
         .routes(routes!(audit::verify))
         .routes(routes!(audit::check_checkpoints))
+        .routes(routes!(audit::latest_checkpoint))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

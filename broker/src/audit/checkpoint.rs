@@ -384,6 +384,27 @@ pub async fn run_witness(app: Arc<App>) {
 
 pub use tessera_client::types::CheckpointCheck;
 
+/// The newest stored checkpoint, for the console and operators.
+pub async fn latest(
+    store: &crate::store::Store,
+) -> Result<Option<tessera_client::types::CheckpointInfo>, StoreError> {
+    let q = "SELECT seq, hash, at_ms, jws, witness_done_at, witness_attempts \
+             FROM audit_checkpoints ORDER BY seq DESC LIMIT 1";
+    let Some(row) = sqlx::query(q).fetch_optional(store.pool()).await? else {
+        return Ok(None);
+    };
+    let at_ms: i64 = col(&row, "at_ms")?;
+    let done: Option<i64> = col(&row, "witness_done_at")?;
+    Ok(Some(tessera_client::types::CheckpointInfo {
+        seq: col(&row, "seq")?,
+        hash: col(&row, "hash")?,
+        signed_at: rfc3339_ms(at_ms),
+        checkpoint: col(&row, "jws")?,
+        witnessed_at: done.map(crate::clock::rfc3339),
+        witness_attempts: col(&row, "witness_attempts")?,
+    }))
+}
+
 /// Checks each checkpoint (compact JWS) against the store, with every key
 /// this broker ever signed with (`keys`, retired ones included).
 pub async fn check(

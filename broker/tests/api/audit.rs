@@ -19,7 +19,39 @@ both_stores!(
     planted_checkpoint_rows_do_not_stop_checkpoints,
     a_head_moved_back_stops_writes_and_checkpoints,
     truncation_is_named_by_checkpoints,
+    the_latest_checkpoint_is_the_newest_signed,
 );
+
+/// `GET /v1/admin/audit/checkpoints/latest`: null before the first, then the
+/// newest one signed (what the console's audit page shows); admin only.
+async fn the_latest_checkpoint_is_the_newest_signed(app: TestApp) {
+    use tessera_broker::audit::checkpoint;
+    let get = |token: String| {
+        let url = app.url("/v1/admin/audit/checkpoints/latest");
+        async move {
+            reqwest::Client::new()
+                .get(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let none: Value = get(app.admin_token.clone()).await.json().await.unwrap();
+    assert!(none["latest"].is_null(), "{none}");
+    busy(&app).await;
+    let seq = checkpoint::take(&app.state, true).await.unwrap().unwrap();
+    let v: Value = get(app.admin_token.clone()).await.json().await.unwrap();
+    assert_eq!(v["latest"]["seq"], seq, "{v}");
+    let jws = v["latest"]["checkpoint"].as_str().unwrap().to_owned();
+    assert_eq!(check(&app, &[jws]).await, ["matches"]);
+    assert!(v["latest"]["witnessed_at"].is_null());
+    let (_k, _r, run_token) = app.run_for("alice").await;
+    assert_eq!(
+        get(run_token).await.status(),
+        reqwest::StatusCode::UNAUTHORIZED
+    );
+}
 
 /// A full flow so the log has a few dozen rows; returns the verification report.
 async fn busy(app: &TestApp) {
