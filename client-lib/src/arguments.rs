@@ -98,6 +98,86 @@ pub fn verify_arguments(
     }
 }
 
+/// Deserializes optional arguments, refusing a member name that appears twice
+/// in one object, at any depth (I-JSON, RFC 7493 §2.3). A parser that keeps the
+/// last value (serde_json) and one that keeps the first would read two
+/// different requests from the same bytes: what the approver saw and hashed,
+/// and what a service downstream acts on.
+pub fn deserialize_unique<'de, D>(d: D) -> Result<Option<serde_json::Value>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::Deserialize;
+    Option::<Unique>::deserialize(d).map(|o| o.map(|u| u.0))
+}
+
+/// A JSON value built without ever overwriting a member.
+struct Unique(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(UniqueVisitor)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Unique(value) = map.next_value()?;
+            if members.contains_key(&key) {
+                let shown: String = key.chars().take(64).collect();
+                return Err(serde::de::Error::custom(format!(
+                    "arguments: the member {shown:?} appears twice in one object"
+                )));
+            }
+            members.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(members))
+    }
+}
+
 fn write_value(
     out: &mut String,
     value: &serde_json::Value,
@@ -259,6 +339,35 @@ mod tests {
         assert!(canonical(&deep).unwrap_err().0.contains("deeper"));
         let big = json!({ "s": "x".repeat(MAX_CANONICAL_BYTES) });
         assert!(canonical(&big).unwrap_err().0.contains("bytes"));
+    }
+
+    #[test]
+    fn a_member_twice_in_one_object_is_refused() {
+        #[derive(serde::Deserialize)]
+        struct Body {
+            #[serde(default, deserialize_with = "deserialize_unique")]
+            arguments: Option<serde_json::Value>,
+        }
+        let ok: Body =
+            serde_json::from_str(r#"{"arguments": {"a": 1, "b": {"a": 2}, "c": [{"a": 3}]}}"#)
+                .unwrap();
+        assert_eq!(
+            ok.arguments.unwrap(),
+            json!({"a": 1, "b": {"a": 2}, "c": [{"a": 3}]})
+        );
+        for twice in [
+            r#"{"arguments": {"amount": "1", "amount": "1000"}}"#,
+            r#"{"arguments": {"x": {"to": "a", "to": "b"}}}"#,
+            r#"{"arguments": {"x": [{"k": 1, "k": 1}]}}"#,
+        ] {
+            let e = serde_json::from_str::<Body>(twice)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("appears twice"), "{e}");
+        }
+        let none: Body = serde_json::from_str(r#"{"arguments": null}"#).unwrap();
+        assert!(none.arguments.is_none());
     }
 
     #[test]

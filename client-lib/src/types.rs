@@ -122,8 +122,12 @@ pub struct CapabilityRequest {
         schema(pattern = "^[!-~]+$", min_length = 1, max_length = 640)
     )]
     pub slot: Option<String>,
-    /// What exactly will be done, as a JSON object (for a deploy: service, commit, environment). Canonicalised (RFC 8785) and hashed: the capability carries the hash as claim `args`, an approver sees the arguments in full, and the policy sees them as `context.arguments` (typed by the schema of the action). Numbers must be integers of magnitude below 2^53; at most 16 KiB in canonical form, 16 levels deep. `null` is the same as leaving it out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What exactly will be done, as a JSON object (for a deploy: service, commit, environment). Canonicalised (RFC 8785) and hashed: the capability carries the hash as claim `args`, an approver sees the arguments in full, and the policy sees them as `context.arguments` (typed by the schema of the action). Numbers must be integers of magnitude below 2^53; no member may appear twice in one object; at most 16 KiB in canonical form, 16 levels deep. `null` is the same as leaving it out.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::arguments::deserialize_unique"
+    )]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub arguments: Option<serde_json::Value>,
     /// Redeem this approval (from an earlier 202): the request must be the same run, action, resource and arguments. `null` is the same as leaving it out.

@@ -363,6 +363,25 @@ async fn denied_changed_and_foreign_approvals_issue_nothing(app: TestApp) {
         )
         .await;
     }
+    // A member twice in one object: the approver would see one value and a
+    // service whose parser keeps the first would act on the other.
+    let twice = r#"{"action":"invoke","resource":"deployer:prod/web","arguments":{"service":"web","commit":"c","environment":"staging","environment":"production"}}"#;
+    let resp = reqwest::Client::new()
+        .post(app.url("/v1/capabilities"))
+        .bearer_auth(&bob)
+        .header("content-type", "application/json")
+        .body(twice)
+        .send()
+        .await
+        .unwrap();
+    let v = assert_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("appears twice"),
+        "{v}"
+    );
     // Without arguments the permit does not hold at all.
     assert_error(
         app.capability(&carol, "invoke", "deployer:prod/web").await,
