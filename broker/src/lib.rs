@@ -22,6 +22,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod failpoint;
+pub mod gateway;
 pub mod grammar;
 pub mod http_client;
 pub mod ids;
