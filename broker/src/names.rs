@@ -43,6 +43,13 @@ pub fn is_attribute_value(s: &str) -> bool {
     s.len() <= 256 && !s.chars().any(|c| c.is_control() || is_deceptive(c))
 }
 
+/// Whether `c` is refused in free text a person reads (approval arguments and
+/// comments): a control character other than tab and newline, or one
+/// [`is_deceptive`] names.
+pub fn misleads(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t') || is_deceptive(c)
+}
+
 /// Characters refused in every value that reaches policy context, audit rows
 /// and logs, because they make what a reader sees differ from what is there:
 /// bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E,

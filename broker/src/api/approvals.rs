@@ -365,14 +365,12 @@ fn comment_of(req: &DecideApprovalRequest) -> Result<Option<String>, ApiError> {
     match &req.comment {
         Some(c)
             if c.chars().count() > 1000
-                || c.chars().any(|ch| {
-                    (ch.is_control() && ch != '\n') || crate::names::is_deceptive(ch)
-                }) =>
+                || c.chars().any(crate::names::misleads) =>
         {
             Err(ApiError::bad_request(
                 ErrorCode::InvalidRequest,
-                "comment: at most 1000 characters; no control (but newline), bidirectional or \
-                 invisible characters",
+                "comment: at most 1000 characters; no control (but tab and newline), bidirectional \
+                 or invisible characters",
             ))
         }
         Some(c) if c.trim().is_empty() => Ok(None),
@@ -380,17 +378,17 @@ fn comment_of(req: &DecideApprovalRequest) -> Result<Option<String>, ApiError> {
     }
 }
 
+/// Records `voter`'s decision on `view` (read by the caller; the writer
+/// re-reads what it decides on inside its transaction).
 async fn decide(
     app: &AppState,
-    id: &str,
+    view: ApprovalView,
     voter: Voter,
     approve: bool,
     comment: Option<String>,
     rid: String,
 ) -> Result<Json<Approval>, ApiError> {
-    let view = approvals::get(&app.store, id)
-        .await?
-        .ok_or_else(refusals::unknown_approval)?;
+    let id = view.record.id.as_str();
     let policy = app.policy();
     let groups_of: approvals::GroupsOf =
         Arc::new(move |user: &str| policy.groups_of(user).unwrap_or_default());
@@ -456,7 +454,7 @@ async fn approver_decides(
         name: approver.name.clone(),
         user: approver.user_name.clone(),
     };
-    decide(&app, &id, voter, approve, comment, rid).await
+    decide(&app, view, voter, approve, comment, rid).await
 }
 
 /// Approve
@@ -614,5 +612,8 @@ pub async fn admin_deny(
         return Err(refusals::unknown_approval());
     }
     let comment = comment_of(&req)?;
-    decide(&app, &id, Voter::Admin, false, comment, rid).await
+    let view = approvals::get(&app.store, &id)
+        .await?
+        .ok_or_else(refusals::unknown_approval)?;
+    decide(&app, view, Voter::Admin, false, comment, rid).await
 }

@@ -308,10 +308,7 @@ struct Bound {
 /// approver reads differ from what is there (as in task attributes,
 /// [`crate::names::is_deceptive`]); tab and newline are text.
 fn deceptive_at(v: &serde_json::Value, at: &str) -> Option<String> {
-    let bad = |s: &str| {
-        s.chars()
-            .any(|c| (c.is_control() && c != '\n' && c != '\t') || crate::names::is_deceptive(c))
-    };
+    let bad = |s: &str| s.chars().any(crate::names::misleads);
     match v {
         serde_json::Value::String(s) if bad(s) => Some(at.to_owned()),
         serde_json::Value::Array(items) => items
