@@ -6,6 +6,7 @@
 //! fresh database, so they exercise exactly what production runs.
 
 use crate::backends::mysql::MysqlBackend;
+use crate::backends::net::NetBackend;
 use crate::backends::postgres::PostgresBackend;
 use crate::backends::{aws::AwsStsBackend, token::TokenBackend, Backend};
 use crate::clock::Clock;
@@ -103,6 +104,7 @@ impl App {
                 BackendConfig::Mysql(db) => {
                     Arc::new(MysqlBackend::new(db).with_context(|| format!("backend {name}"))?)
                 }
+                BackendConfig::Net(_) => Arc::new(NetBackend),
             };
             backends.insert(name.clone(), backend);
         }

@@ -79,6 +79,16 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listen: cannot bind {listen}"))?;
+    // The egress gateway listens before the API does: a run started once the
+    // API answers can use it at once.
+    if let Some(gw_config) = app.config.gateway.clone() {
+        let gw_listener = tokio::net::TcpListener::bind(gw_config.listen)
+            .await
+            .with_context(|| format!("gateway.listen: cannot bind {}", gw_config.listen))?;
+        let gateway = crate::gateway::Gateway::new(app.clone(), gw_config)
+            .context("gateway: the DNS resolver")?;
+        tokio::spawn(gateway.serve(gw_listener));
+    }
     let router = crate::api::router(app.clone());
     let tls = match &app.config.tls {
         Some(tls) => Some(crate::server::tls_config(tls)?),

@@ -25,6 +25,8 @@ pub struct Metrics {
     revocations_pending: Gauge,
     revocations_stuck: Gauge,
     latency: Histogram,
+    egress: Family<Labels, Counter>,
+    egress_bytes: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -44,6 +46,18 @@ impl Metrics {
         let revocations_pending = Gauge::default();
         let revocations_stuck = Gauge::default();
         let latency = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        let egress = Family::<Labels, Counter>::default();
+        let egress_bytes = Family::<Labels, Counter>::default();
+        registry.register(
+            "egress_decisions",
+            "Egress gateway decisions by decision and reason",
+            egress.clone(),
+        );
+        registry.register(
+            "egress_bytes",
+            "Bytes relayed by the egress gateway, by direction",
+            egress_bytes.clone(),
+        );
         registry.register("http_requests", "HTTP responses by status", http.clone());
         registry.register(
             "capabilities",
@@ -86,6 +100,8 @@ impl Metrics {
             revocations_pending,
             revocations_stuck,
             latency,
+            egress,
+            egress_bytes,
         }
     }
 
@@ -100,6 +116,24 @@ impl Metrics {
         self.capabilities
             .get_or_create(&vec![("outcome", outcome.to_owned())])
             .inc();
+    }
+
+    /// One egress decision: `allow` or `deny`, with the reason (`policy`,
+    /// `address`, `sni`, `limit`, `dns`, …).
+    pub fn egress(&self, decision: &'static str, reason: &str) {
+        self.egress
+            .get_or_create(&vec![
+                ("decision", decision.to_owned()),
+                ("reason", reason.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Bytes relayed, `direction` = up (to the destination) or down.
+    pub fn egress_bytes(&self, direction: &'static str, bytes: u64) {
+        self.egress_bytes
+            .get_or_create(&vec![("direction", direction.to_owned())])
+            .inc_by(bytes);
     }
 
     pub fn exchange(&self, outcome: &'static str) {

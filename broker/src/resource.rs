@@ -12,7 +12,7 @@
 use crate::backends::database::{self, DbKind};
 use crate::backends::grammar::Invalid;
 use crate::backends::settings::BackendConfig;
-use crate::backends::{aws, token};
+use crate::backends::{aws, net, token};
 use std::collections::BTreeMap;
 use tessera_client::types::ErrorCode;
 
@@ -82,6 +82,7 @@ pub fn wildcards(kind: &str) -> &'static [char] {
     match kind {
         "aws-sts" => aws::grammar::WILDCARDS,
         "postgres" | "mysql" => database::WILDCARDS,
+        "net" => net::grammar::WILDCARDS,
         _ => token::grammar::WILDCARDS,
     }
 }
@@ -100,6 +101,7 @@ pub fn inclusion_grants(kind: &str) -> bool {
     match kind {
         "aws-sts" => aws::grammar::INCLUSION_GRANTS,
         "postgres" | "mysql" => database::INCLUSION_GRANTS,
+        "net" => net::grammar::INCLUSION_GRANTS,
         _ => token::grammar::INCLUSION_GRANTS,
     }
 }
@@ -128,6 +130,7 @@ pub fn parse<'a>(
         }
         BackendConfig::Postgres(db) => database::check_resource(DbKind::Postgres, db, path, action),
         BackendConfig::Mysql(db) => database::check_resource(DbKind::Mysql, db, path, action),
+        BackendConfig::Net(n) => net::grammar::check_resource(path, action, n.actions.as_deref()),
     }?;
     Ok(Resource {
         backend,

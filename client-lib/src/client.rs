@@ -497,6 +497,13 @@ impl Client {
         ClientBuilder::default()
     }
 
+    /// The `Proxy-Authorization` value the broker's egress gateway takes from
+    /// this run (`Bearer` and the run token): for a relay that adds it on a
+    /// sandboxed tool's behalf, so the tool itself never holds the token.
+    pub fn proxy_authorization(&self) -> SecretString {
+        SecretString::from(format!("Bearer {}", self.inner.run_token.expose_secret()))
+    }
+
     /// Configures from the environment:
     /// - `TESSERA_ADDR`: the broker address (required);
     /// - the run token from `TESSERA_RUN_TOKEN_FILE` (a path) or

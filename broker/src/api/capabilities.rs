@@ -45,7 +45,7 @@ use tessera_client::types::{
     RenewHoldsResponse, RenewedHold, RevokeCapabilityResponse,
 };
 
-fn rate_charge(bucket: String, rate: &Rate) -> RateCharge {
+pub(crate) fn rate_charge(bucket: String, rate: &Rate) -> RateCharge {
     let window_us = i64::try_from(rate.per.as_micros()).unwrap_or(i64::MAX / 4);
     RateCharge {
         bucket,
@@ -113,6 +113,13 @@ pub async fn request(
     let policy = app.policy();
     let res = admit::check_capability(&policy, &app.config.backends, &req.action, &req.resource)
         .map_err(|r| ApiError::bad_request(r.code, r.message))?;
+    if res.kind == "net" {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidResource,
+            "net destinations are decided per connection by the egress gateway; \
+             no capability is issued for them",
+        ));
+    }
     let requested_ttl = req
         .ttl
         .as_deref()
@@ -365,7 +372,7 @@ async fn record_refusal(
 }
 
 /// The run's charge against the server-wide rate cap (`limits.max_rate`).
-fn server_rate(app: &AppState, run: &RunRecord) -> RateCharge {
+pub(crate) fn server_rate(app: &AppState, run: &RunRecord) -> RateCharge {
     rate_charge(format!("run:{}", run.id), &app.config.limits.max_rate)
 }
 

@@ -204,7 +204,7 @@ impl FromRequestParts<AppState> for AdminCaller {
 /// A tool inside a run, authenticated by the run token.
 pub struct RunCaller(pub Arc<RunRecord>);
 
-async fn run_from(app: &AppState, token: &str) -> Result<Arc<RunRecord>, ApiError> {
+pub(crate) async fn run_from(app: &AppState, token: &str) -> Result<Arc<RunRecord>, ApiError> {
     if !has_secret_shape(token, RUN_TOKEN_PREFIX) {
         return Err(invalid_credential());
     }

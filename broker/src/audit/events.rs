@@ -34,6 +34,12 @@ pub const APPROVAL_DENIED: &str = "approval.denied";
 pub const APPROVAL_EXPIRED: &str = "approval.expired";
 pub const APPROVER_CREATED: &str = "approver.created";
 pub const APPROVER_REVOKED: &str = "approver.revoked";
+/// The egress gateway let a run's tool connect to a destination.
+pub const EGRESS_ALLOWED: &str = "egress.allowed";
+/// The egress gateway refused a destination (policy, address, SNI, limit).
+pub const EGRESS_DENIED: &str = "egress.denied";
+/// An egress connection closed: bytes each way, duration, why.
+pub const EGRESS_CLOSED: &str = "egress.closed";
 
 /// Every event, for documentation checks and filters.
 pub const ALL: &[&str] = &[
@@ -64,6 +70,9 @@ pub const ALL: &[&str] = &[
     APPROVAL_EXPIRED,
     APPROVER_CREATED,
     APPROVER_REVOKED,
+    EGRESS_ALLOWED,
+    EGRESS_DENIED,
+    EGRESS_CLOSED,
 ];
 
 #[cfg(test)]

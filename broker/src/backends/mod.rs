@@ -15,6 +15,7 @@ pub mod aws;
 pub mod database;
 pub mod grammar;
 pub mod mysql;
+pub mod net;
 pub mod postgres;
 pub mod settings;
 pub mod strict;

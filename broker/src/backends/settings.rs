@@ -10,6 +10,7 @@
 use super::aws::settings::{self as aws, AwsStsConfig};
 use super::database::settings::{self as database, DatabaseBackendConfig};
 use super::database::DbKind;
+use super::net::settings::{self as net, NetConfig};
 use super::token::settings as token;
 use crate::settings::{err, ConfigError, EnvLookup, RawTable};
 
@@ -24,6 +25,8 @@ pub enum BackendConfig {
     Postgres(DatabaseBackendConfig),
     /// Throw-away MariaDB/MySQL users (`backends::mysql`).
     Mysql(DatabaseBackendConfig),
+    /// Network destinations the egress gateway decides per connection (`backends::net`).
+    Net(NetConfig),
 }
 
 impl BackendConfig {
@@ -33,6 +36,7 @@ impl BackendConfig {
             BackendConfig::AwsSts(_) => "aws-sts",
             BackendConfig::Postgres(_) => "postgres",
             BackendConfig::Mysql(_) => "mysql",
+            BackendConfig::Net(_) => "net",
         }
     }
 
@@ -47,6 +51,7 @@ impl BackendConfig {
             "mysql" => Some(BackendConfig::Mysql(DatabaseBackendConfig::unconfigured())),
             "token" => Some(BackendConfig::Token(token::TokenConfig::unconfigured())),
             "aws-sts" => Some(BackendConfig::AwsSts(AwsStsConfig::unconfigured())),
+            "net" => Some(BackendConfig::Net(NetConfig::default())),
             _ => None,
         }
     }
@@ -67,6 +72,7 @@ impl BackendConfig {
         match kind.as_str() {
             "token" => Ok(BackendConfig::Token(token::resolve(setting, table)?)),
             "aws-sts" => Ok(BackendConfig::AwsSts(aws::resolve(setting, table)?)),
+            "net" => Ok(BackendConfig::Net(net::resolve(setting, table)?)),
             "postgres" => Ok(BackendConfig::Postgres(database::resolve(
                 setting,
                 table,
@@ -81,7 +87,7 @@ impl BackendConfig {
             )?)),
             other => Err(err(
                 &format!("{setting}.kind"),
-                format!("unknown kind {other:?} (supported: token, postgres, mysql, aws-sts)"),
+                format!("unknown kind {other:?} (supported: token, postgres, mysql, aws-sts, net)"),
             )),
         }
     }
@@ -105,7 +111,7 @@ impl BackendConfig {
     pub fn pool_size(&self) -> u32 {
         match self {
             BackendConfig::Postgres(db) | BackendConfig::Mysql(db) => db.max_connections,
-            BackendConfig::Token(_) | BackendConfig::AwsSts(_) => 0,
+            BackendConfig::Token(_) | BackendConfig::AwsSts(_) | BackendConfig::Net(_) => 0,
         }
     }
 }

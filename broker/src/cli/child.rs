@@ -24,7 +24,7 @@
 //!
 //! The one `unsafe` block of the workspace is here: `pre_exec`, whose closure
 //! runs between fork and exec and calls only async-signal-safe system calls
-//! (`prctl`, `getppid`, `sigprocmask`, `tcsetpgrp`), allocating nothing.
+//! (`prctl`, `getppid`, `sigprocmask`, `tcsetpgrp`, `setns`), allocating nothing.
 
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::{getpgrp, getpid, getppid, tcgetpgrp, tcsetpgrp, Pid};
@@ -75,8 +75,13 @@ pub enum Session {
     Detached,
 }
 
-/// Starts `cmd` as a tree `exec` owns (see the module docs).
-pub fn spawn(mut cmd: tokio::process::Command, session: Session) -> std::io::Result<Tree> {
+/// Starts `cmd` as a tree `exec` owns (see the module docs); with `netns`, in
+/// that network namespace (`exec --isolate-net`).
+pub fn spawn(
+    mut cmd: tokio::process::Command,
+    session: Session,
+    netns: Option<&std::os::fd::OwnedFd>,
+) -> std::io::Result<Tree> {
     // Orphaned descendants come to `exec`, not init. Not fatal if refused
     // (old kernels): the group is still killed.
     let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -89,12 +94,21 @@ pub fn spawn(mut cmd: tokio::process::Command, session: Session) -> std::io::Res
     if session == Session::Shared {
         cmd.process_group(0);
     }
+    let netns = netns.map(|fd| {
+        use std::os::fd::AsRawFd;
+        #[allow(unsafe_code)]
+        // SAFETY: the caller's descriptor outlives `cmd.spawn()` below, the
+        // only time the pre_exec closure that uses the borrow runs.
+        unsafe {
+            BorrowedFd::borrow_raw(fd.as_raw_fd())
+        }
+    });
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the forked child before exec and only makes
     // async-signal-safe system calls; it allocates nothing (errors are raw
     // errno values) and touches no lock.
     unsafe {
-        cmd.pre_exec(move || in_child(parent, session, terminal.then_some(stdin)));
+        cmd.pre_exec(move || in_child(parent, session, terminal.then_some(stdin), netns));
     }
     let child = cmd.spawn()?;
     let group = child
@@ -134,8 +148,13 @@ fn in_child(
     parent: Pid,
     session: Session,
     terminal: Option<BorrowedFd<'static>>,
+    netns: Option<BorrowedFd<'static>>,
 ) -> std::io::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    if let Some(ns) = netns {
+        // Before any privilege is dropped: joining a namespace needs CAP_SYS_ADMIN.
+        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+    }
     // `exec` died before the line above: nobody would revoke or kill; do not run.
     if getppid() != parent {
         return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));

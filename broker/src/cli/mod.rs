@@ -16,6 +16,7 @@ mod approvals;
 mod audit;
 mod backends;
 mod child;
+mod egress;
 mod environment;
 mod grants;
 mod login;

@@ -90,6 +90,17 @@ pub struct ExecArgs {
     /// syntax: quotes, `export`, comments; no variable is expanded).
     #[arg(long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
+    /// Send the command's HTTP(S) traffic through the broker's egress gateway at
+    /// HOST:PORT (`[gateway] listen`): its proxy variables point at a relay of
+    /// exec's that adds the run's credentials, so the command never holds the
+    /// run token; the gateway decides and audits every connection (docs/gateway.md).
+    #[arg(long, value_name = "HOST:PORT", env = "TESSERA_GATEWAY")]
+    pub egress: Option<String>,
+    /// With --egress (Linux, as root): run the command in a network namespace of
+    /// its own whose only way out is the gateway, so a tool that ignores the
+    /// proxy variables reaches nothing.
+    #[arg(long, requires = "egress")]
+    pub isolate_net: bool,
     /// The command and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -362,15 +373,37 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
             EXIT_REVOKE_FAILED
         });
     }
+    let egress = match &args.egress {
+        None => None,
+        Some(gateway) => {
+            match super::egress::start(gateway, client.proxy_authorization(), args.isolate_net) {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    let revoked = revoke_all(&client, &held).await;
+                    say!("tessera exec: {e}");
+                    return ExitCode::from(if revoked {
+                        EXIT_TESSERA
+                    } else {
+                        EXIT_REVOKE_FAILED
+                    });
+                }
+            }
+        }
+    };
+    if let Some(e) = &egress {
+        env.extend(e.environment());
+    }
     let code = run_child(
         &args.command,
         &env,
+        egress.as_ref().and_then(|e| e.netns.as_ref()),
         identity.as_ref(),
         &mut signals,
         &holder,
         grace,
     )
     .await;
+    drop(egress);
     drop(holder);
     if revoke_all(&client, &held).await {
         ExitCode::from(code)
@@ -700,6 +733,7 @@ fn terminates(sig: nix::sys::signal::Signal) -> bool {
 async fn run_child(
     command: &[String],
     env: &BTreeMap<String, String>,
+    netns: Option<&std::os::fd::OwnedFd>,
     identity: Option<&Identity>,
     streams: &mut Forwarded,
     holder: &Holder,
@@ -716,7 +750,7 @@ async fn run_child(
         Some(_) => super::child::Session::Detached,
         None => super::child::Session::Shared,
     };
-    let mut tree = match super::child::spawn(cmd, session) {
+    let mut tree = match super::child::spawn(cmd, session, netns) {
         Ok(t) => t,
         Err(e) => {
             say!("tessera exec: cannot run {}: {e}", command[0]);

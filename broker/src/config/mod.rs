@@ -12,10 +12,12 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod gateway;
 pub mod http;
 
 pub use approvals::ApprovalsConfig;
 pub use audit::AuditConfig;
+pub use gateway::GatewayConfig;
 pub use http::{AllowedHosts, HttpConfig};
 // Owned by the backend kinds and the settings leaf; named here too because the
 // configuration is where callers look for them.
@@ -55,6 +57,7 @@ struct RawConfig {
     audit: audit::RawAudit,
     #[serde(default)]
     approvals: approvals::RawApprovals,
+    gateway: Option<gateway::RawGateway>,
     #[serde(default)]
     /// Each table is parsed by its `kind` (each kind has its own keys).
     backends: BTreeMap<String, RawTable>,
@@ -182,6 +185,8 @@ pub struct Config {
     pub http: HttpConfig,
     pub audit: AuditConfig,
     pub approvals: ApprovalsConfig,
+    /// The egress gateway's listener and limits; `None`: no gateway.
+    pub gateway: Option<GatewayConfig>,
     pub backends: BTreeMap<String, BackendConfig>,
 }
 
@@ -396,6 +401,9 @@ impl Config {
                 backends.insert(name, b);
             }
         }
+        let gateway = p
+            .take(gateway::resolve(raw.gateway.unwrap_or_default(), &backends))
+            .flatten();
         p.finish()?;
         let (Some(store), Some(mut http), Some(audit)) = (store, http, audit) else {
             unreachable!("a setting without a value recorded a problem");
@@ -442,6 +450,7 @@ impl Config {
             http,
             audit,
             approvals,
+            gateway,
             backends,
         })
     }

@@ -1,6 +1,91 @@
-//! The egress gateway (issue 17): what a sandboxed tool may connect to. So far,
-//! the address rules every connection will be checked against
-//! ([`addresses`]); the proxy, its policy decisions and its audit rows are not
-//! built yet.
+//! The egress gateway (issue 17): a forward proxy that lets a run's tool reach
+//! only the destinations policy permits, resolves names itself and refuses
+//! non-public addresses, records every connection in the audit log, and can end
+//! a run that tries a forbidden destination (docs/gateway.md).
+//!
+//! Why a listener of `tessera serve` rather than a process of its own: every
+//! connection needs the run-token lookup, the policy in force, the rate buckets
+//! and the audit chain, and ending a run must revoke everything it holds; in the
+//! broker's process all of that is a function call and one group-committed
+//! write, where a separate gateway would need an API round trip per connection
+//! and a second copy of policy that could disagree with the first.
+//!
+//! - [`proxy`]: authentication, the destination, CONNECT and absolute-form HTTP;
+//! - [`decide`]: policy, DNS, addresses, limits, the audited decision;
+//! - [`sni`]: the ClientHello's server name, read before anything goes upstream;
+//! - [`relay`], [`body`]: counted, bounded byte moving; [`traffic`]: per-run state;
+//! - [`addresses`]: the ranges a sandbox must never be connected to; [`dns`].
 
 pub mod addresses;
+pub mod body;
+pub mod decide;
+pub mod dns;
+pub mod proxy;
+pub mod refusal;
+pub mod relay;
+pub mod sni;
+pub mod traffic;
+
+use crate::app::AppState;
+use crate::config::GatewayConfig;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+pub struct Gateway {
+    pub app: AppState,
+    pub config: GatewayConfig,
+    pub resolver: dns::Resolver,
+    pub traffic: traffic::Traffic,
+}
+
+impl Gateway {
+    pub fn new(app: AppState, config: GatewayConfig) -> anyhow::Result<Arc<Gateway>> {
+        let resolver = dns::Resolver::new(&config.nameservers, config.connect_timeout)?;
+        Ok(Arc::new(Gateway {
+            app,
+            config,
+            resolver,
+            traffic: traffic::Traffic::default(),
+        }))
+    }
+
+    /// Accepts proxy connections on `listener` until the broker stops.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) {
+        let slots = Arc::new(Semaphore::new(self.config.max_connections as usize));
+        let mut stopping = self.app.stopping.subscribe();
+        tracing::info!(listen = %self.config.listen, "egress gateway listening");
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = stopping.wait_for(|s| *s) => return,
+            };
+            let (tcp, _) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "gateway accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                drop(tcp); // over gateway.max_connections
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let gw = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| proxy::handle(gw.clone(), req));
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(10))
+                    .serve_connection(TokioIo::new(tcp), service)
+                    .with_upgrades();
+                let _ = conn.await;
+                drop(slot);
+            });
+        }
+    }
+}

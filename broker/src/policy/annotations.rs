@@ -1,12 +1,15 @@
-//! Tessera's policy annotations: `@id`, `@description`, and the constraints `@ttl`,
-//! `@uses`, `@rate`, `@approval` (with `@approval_ttl`) that ride on permit policies.
+//! Tessera's policy annotations: `@id`, `@description`, the constraints `@ttl`,
+//! `@uses`, `@rate`, `@approval` (with `@approval_ttl`) and `@allow_addresses`
+//! (egress: non-public ranges a `connect` permit opens) that ride on permit
+//! policies, and `@on_deny("end_run")`, which rides on a forbid: the egress
+//! gateway ends a run that tries a destination the forbid refuses.
 //!
 //! Why: constraints are part of the policy an administrator reviews, so they live next
 //! to the permit they qualify, and a typo must fail the load rather than silently
 //! grant an unconstrained capability.
 //!
-//! Invariants: the only keys accepted are the seven above; constraint keys only on
-//! `permit` policies; every value is parsed strictly at load time (never at request
+//! Invariants: the only keys accepted are the nine above; constraint keys only on
+//! `permit` policies, `@on_deny` only on `forbid` policies; every value is parsed strictly at load time (never at request
 //! time); merging keeps the strictest value and the id of the policy that set it, ties
 //! going to the first policy in the (sorted) order merged.
 
@@ -16,6 +19,7 @@ use cedar_policy::Effect;
 
 use super::approval_gate::{self, ApprovalGate};
 use super::Constraints;
+use crate::backends::net::cidr::{self, Cidr};
 use crate::grammar::{parse_duration, quote, Rate};
 
 /// Largest accepted `@uses` value.
@@ -24,7 +28,7 @@ pub(super) const MAX_USES: u32 = 1_000_000;
 const MAX_ID_LEN: usize = 128;
 
 /// Keys a policy may carry.
-const KNOWN_KEYS: [&str; 7] = [
+const KNOWN_KEYS: [&str; 9] = [
     "id",
     "description",
     "ttl",
@@ -32,6 +36,8 @@ const KNOWN_KEYS: [&str; 7] = [
     "rate",
     "approval",
     "approval_ttl",
+    "allow_addresses",
+    "on_deny",
 ];
 
 /// Constraints declared by one permit policy.
@@ -41,6 +47,10 @@ pub(super) struct PolicyConstraints {
     pub uses: Option<u32>,
     pub rate: Option<Rate>,
     pub approval: Option<ApprovalGate>,
+    /// Non-public ranges this permit opens to the egress gateway.
+    pub allow_addresses: Vec<Cidr>,
+    /// A forbid's `@on_deny("end_run")`.
+    pub end_run_on_deny: bool,
 }
 
 /// A bad annotation: which key (to locate it in the source), what, and a hint.
@@ -75,14 +85,17 @@ pub(super) fn parse<'a>(
                 hint: hint.map(str::to_string),
             });
         };
-        let is_constraint = matches!(key, "ttl" | "uses" | "rate" | "approval" | "approval_ttl");
+        let is_constraint = matches!(
+            key,
+            "ttl" | "uses" | "rate" | "approval" | "approval_ttl" | "allow_addresses"
+        );
         if !KNOWN_KEYS.contains(&key) {
             fail(
                 format!(
                     "unknown annotation @{}",
                     key.chars().take(64).collect::<String>()
                 ),
-                Some("allowed: @id, @description, @ttl, @uses, @rate, @approval, @approval_ttl"),
+                Some("allowed: @id, @description, @ttl, @uses, @rate, @approval, @approval_ttl, @allow_addresses, @on_deny"),
             );
             continue;
         }
@@ -90,6 +103,13 @@ pub(super) fn parse<'a>(
             fail(
                 format!("@{key} is only allowed on permit policies"),
                 Some("constraints qualify what a permit grants; a forbid grants nothing"),
+            );
+            continue;
+        }
+        if key == "on_deny" && effect == Effect::Permit {
+            fail(
+                "@on_deny is only allowed on forbid policies".into(),
+                Some("it says what happens when the forbid refuses a destination"),
             );
             continue;
         }
@@ -136,6 +156,20 @@ pub(super) fn parse<'a>(
                     Err(e) => fail(format!("@approval_ttl: {e}"), None),
                 }
             }
+            "allow_addresses" => match cidr::parse_list(value) {
+                Ok(ranges) => out.constraints.allow_addresses = ranges,
+                Err(e) => fail(
+                    format!("@allow_addresses: {e}"),
+                    Some("networks separated by commas, e.g. @allow_addresses(\"127.0.0.0/8, ::1/128\")"),
+                ),
+            },
+            "on_deny" => match value {
+                "end_run" => out.constraints.end_run_on_deny = true,
+                _ => fail(
+                    format!("@on_deny: unknown action {}", quote(value)),
+                    Some("@on_deny(\"end_run\"): the run ends when it tries what this forbid refuses"),
+                ),
+            },
             _ => {} // "description": free text
         }
     }
@@ -191,6 +225,11 @@ impl Constraints {
                 .is_none_or(|(cur, _)| rate.is_stricter_than(cur))
             {
                 self.rate = Some((rate, id.to_string()));
+            }
+        }
+        for range in &c.allow_addresses {
+            if !self.allow_addresses.contains(range) {
+                self.allow_addresses.push(*range);
             }
         }
         if let Some(gate) = &c.approval {
@@ -295,6 +334,7 @@ mod tests {
             uses: Some(5),
             rate: "60/min".parse().ok(),
             approval: None,
+            ..Default::default()
         };
         let b = PolicyConstraints {
             ttl: Some(Duration::from_secs(300)),
@@ -305,6 +345,7 @@ mod tests {
                 required: 1,
                 ttl: approval_gate::DEFAULT_APPROVAL_TTL,
             }),
+            ..Default::default()
         };
         let mut c = Constraints::default();
         c.tighten("a", &a);

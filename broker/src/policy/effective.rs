@@ -149,6 +149,7 @@ mod tests {
             approval: Some("d".into()),
             gates: vec![],
             gated_uses: None,
+            allow_addresses: vec![],
         };
         let e = Effective::new(&c, &limits(), None);
         assert_eq!(
@@ -187,6 +188,7 @@ mod tests {
             approval: None,
             gates: vec![],
             gated_uses: None,
+            allow_addresses: vec![],
         };
         let e = Effective::new(&c, &limits(), None);
         assert_eq!((e.ttl.value, &e.ttl.source), (60 * MIN, &Source::ServerCap));

@@ -31,6 +31,7 @@ pub const FILES: &[(&str, &str)] = &[
         "deploys.cedar",
         include_str!("../../../policy/deploys.cedar"),
     ),
+    ("egress.cedar", include_str!("../../../policy/egress.cedar")),
     ("guards.cedar", include_str!("../../../policy/guards.cedar")),
     ("staff.cedar", include_str!("../../../policy/staff.cedar")),
     (
@@ -48,6 +49,10 @@ pub const FILES: &[(&str, &str)] = &[
     (
         "tests/deploys.toml",
         include_str!("../../../policy/tests/deploys.toml"),
+    ),
+    (
+        "tests/egress.toml",
+        include_str!("../../../policy/tests/egress.toml"),
     ),
     (
         "tests/guards.toml",

@@ -16,6 +16,20 @@ use crate::config::Limits;
 use crate::grammar::format_duration;
 
 impl PolicyEngine {
+    /// Whether permit `id` applies to the egress action `connect` only.
+    fn only_connect(&self, id: &str) -> bool {
+        use cedar_policy::{ActionConstraint, PolicyId};
+        let Some(p) = self.policies.policy(&PolicyId::new(id)) else {
+            return false;
+        };
+        let is_connect = |uid: &cedar_policy::EntityUid| uid.id().unescaped() == "connect";
+        match p.action_constraint() {
+            ActionConstraint::Eq(uid) => is_connect(&uid),
+            ActionConstraint::In(uids) => !uids.is_empty() && uids.iter().all(is_connect),
+            _ => false,
+        }
+    }
+
     /// Warnings for the permits of this policy set under the server caps `limits`:
     /// a permit without `@ttl`, and `@ttl`, `@uses` or `@rate` beyond
     /// `limits.max_capability_ttl`, `limits.max_uses` or `limits.max_rate`.
@@ -23,6 +37,11 @@ impl PolicyEngine {
         let mut out = Vec::new();
         let unknown = Site::default();
         for (id, c) in &self.constraints {
+            if c.end_run_on_deny || self.only_connect(id) {
+                // A forbid grants nothing; a `connect` permit issues no
+                // capability, so @ttl and @uses mean nothing there.
+                continue;
+            }
             let site = self.sites.get(id).unwrap_or(&unknown);
             let mut warn = |key: &str, message: String, hint: String| {
                 let (line, column) = site.of(key);

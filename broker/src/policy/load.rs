@@ -206,7 +206,8 @@ pub(super) fn build(
                 diags.push(src.diag(offset, e.to_string(), None));
                 continue;
             }
-            if policy.effect() == cedar_policy::Effect::Permit {
+            if policy.effect() == cedar_policy::Effect::Permit || parsed.constraints.end_run_on_deny
+            {
                 constraints.insert(id.clone(), parsed.constraints);
             }
             sites.insert(id.clone(), Site::new(&src.name, src.text, offset, text));

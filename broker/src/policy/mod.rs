@@ -162,6 +162,9 @@ pub struct Constraints {
     pub gates: Vec<(String, approval_gate::ApprovalGate)>,
     /// The smallest `@uses` among the permits that carry a gate.
     pub gated_uses: Option<u32>,
+    /// Non-public address ranges the satisfied permits open (`@allow_addresses`,
+    /// their union: each permit grants what it lists).
+    pub allow_addresses: Vec<crate::backends::net::cidr::Cidr>,
 }
 
 impl Constraints {
@@ -338,6 +341,13 @@ impl PolicyEngine {
                     .collect(),
             },
         }
+    }
+
+    /// Whether one of the forbids `ids` (a denial's policies) says
+    /// `@on_deny("end_run")`: the egress gateway then ends the run.
+    pub fn ends_run_on_deny(&self, ids: &[String]) -> bool {
+        ids.iter()
+            .any(|id| self.constraints.get(id).is_some_and(|c| c.end_run_on_deny))
     }
 
     /// The strictest constraints of the permits `ids`.

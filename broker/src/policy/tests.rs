@@ -118,7 +118,7 @@ fn engine_is_send_and_sync() {
 #[test]
 fn shipped_directory_loads_and_decides() {
     let e = PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(e.policy_count(), 13);
+    assert_eq!(e.policy_count(), 15);
     assert!(e.is_known_action("s3:GetObject") && e.is_known_action("select"));
     assert!(!e.is_known_action("deploy"));
 

@@ -20,6 +20,7 @@ mod db_mysql;
 mod db_postgres;
 mod edge;
 mod exchange;
+mod gateway;
 mod holds;
 mod inputs;
 mod keys;

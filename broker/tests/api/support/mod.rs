@@ -1,12 +1,14 @@
 //! What the API tests share: the app builder ([`app`]), fixtures for the
 //! machine's PostgreSQL and MariaDB ([`postgres`], [`mysql`]), private
 //! PostgreSQL clusters ([`pg_cluster`]), moto for AWS ([`moto`], [`aws`]), a
-//! cuttable TCP proxy ([`proxy`]), and readers for tokens and the audit chain.
+//! cuttable TCP proxy ([`proxy`]), a DNS server ([`dns`]) and HTTP/HTTPS
+//! servers ([`upstream`]) on loopback for the egress gateway, and readers for tokens and the audit chain.
 //! Test files import from here and never from each other.
 
 pub mod app;
 pub mod audit_chain;
 pub mod aws;
+pub mod dns;
 pub mod moto;
 pub mod mysql;
 pub mod pg_cluster;
@@ -14,3 +16,4 @@ pub mod pki;
 pub mod postgres;
 pub mod proxy;
 pub mod tokens;
+pub mod upstream;

@@ -52,7 +52,7 @@ fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn python() -> String {
+pub fn python() -> String {
     if let Ok(p) = std::env::var("TESSERA_MOTO_PYTHON") {
         return p;
     }

@@ -1,0 +1,237 @@
+//! `tessera exec --egress GATEWAY [--isolate-net]`: the command's traffic goes
+//! through the broker's egress gateway, and the command never holds the run
+//! token.
+//!
+//! How: `exec` runs a small relay on loopback. The command's proxy variables
+//! (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, lower case too) point at it with a
+//! credential made for this `exec` alone (worthless anywhere else, dead when
+//! `exec` exits). The relay checks that credential, replaces it with the run's
+//! `Proxy-Authorization` and passes the request on to the gateway, which decides
+//! and audits every connection as the run's; then it only moves bytes.
+//!
+//! With `--isolate-net` (Linux, as root) the command runs in a network
+//! namespace of its own whose only interface is loopback, and the relay listens
+//! *inside* it: the namespace is made on a thread of `exec`'s that is then
+//! done, the relay's listening socket is created there (a socket stays in the
+//! namespace it was made in, whichever thread accepts), and the command joins
+//! the namespace between fork and exec (`setns`). A tool that ignores the
+//! proxy variables reaches nothing: there is no route out but the relay.
+
+use base64::Engine as _;
+use secrecy::{ExposeSecret, SecretString};
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Largest request head the relay reads.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// The relay while it runs: the proxy URL for the command's environment and,
+/// with `--isolate-net`, the namespace the command joins.
+pub struct Egress {
+    pub proxy_url: SecretString,
+    pub netns: Option<OwnedFd>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Egress {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Egress {
+    /// The proxy variables the command gets.
+    pub fn environment(&self) -> Vec<(String, String)> {
+        let url = self.proxy_url.expose_secret().to_owned();
+        let mut vars = Vec::new();
+        for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+            vars.push((name.to_owned(), url.clone()));
+            vars.push((name.to_ascii_lowercase(), url.clone()));
+        }
+        // Nothing bypasses the gateway, loopback included.
+        vars.push(("NO_PROXY".to_owned(), String::new()));
+        vars.push(("no_proxy".to_owned(), String::new()));
+        vars
+    }
+}
+
+/// A network namespace with only loopback, up, and a listener on it.
+fn isolated_listener() -> Result<(std::net::TcpListener, OwnedFd), String> {
+    std::thread::spawn(|| {
+        use nix::sched::{unshare, CloneFlags};
+        unshare(CloneFlags::CLONE_NEWNET).map_err(|e| {
+            format!("--isolate-net: cannot make a network namespace ({e}); it needs root (CAP_SYS_ADMIN)")
+        })?;
+        // Spawned from this thread, `ip` runs in the new namespace.
+        let up = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("--isolate-net: cannot run `ip` (iproute2): {e}"))?;
+        if !up.success() {
+            return Err("--isolate-net: `ip link set lo up` failed in the namespace".to_owned());
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| format!("--isolate-net: cannot listen in the namespace: {e}"))?;
+        let ns = std::fs::File::open("/proc/thread-self/ns/net")
+            .map_err(|e| format!("--isolate-net: cannot open the namespace: {e}"))?;
+        Ok((listener, OwnedFd::from(ns)))
+    })
+    .join()
+    .map_err(|_| "--isolate-net: the namespace thread panicked".to_owned())?
+}
+
+/// Starts the relay to `gateway` (`HOST:PORT`), presenting `authorization`
+/// there for every request.
+pub fn start(gateway: &str, authorization: SecretString, isolate: bool) -> Result<Egress, String> {
+    let (std_listener, netns) = if isolate {
+        let (l, ns) = isolated_listener()?;
+        (l, Some(ns))
+    } else {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| format!("--egress: cannot listen on loopback: {e}"))?;
+        (l, None)
+    };
+    std_listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("--egress: {e}"))?;
+    let port = std_listener
+        .local_addr()
+        .map_err(|e| format!("--egress: {e}"))?
+        .port();
+    let listener = TcpListener::from_std(std_listener).map_err(|e| format!("--egress: {e}"))?;
+    let secret = crate::ids::new_secret("tsr_px_");
+    let proxy_url = SecretString::from(format!(
+        "http://tessera:{}@127.0.0.1:{port}",
+        secret.expose_secret()
+    ));
+    let expected = SecretString::from(
+        base64::engine::general_purpose::STANDARD
+            .encode(format!("tessera:{}", secret.expose_secret())),
+    );
+    let gateway = gateway.to_owned();
+    let task = tokio::spawn(async move {
+        let shared = std::sync::Arc::new((gateway, authorization, expected));
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let (gateway, authorization, expected) = &*shared;
+                let _ = relay(client, gateway, authorization, expected).await;
+            });
+        }
+    });
+    Ok(Egress {
+        proxy_url,
+        netns,
+        task,
+    })
+}
+
+/// Whether `value` (a `Proxy-Authorization` header) is this relay's credential.
+fn is_ours(value: &str, expected: &SecretString) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(("Basic" | "basic", b64)) = value.trim().split_once(' ') else {
+        return false;
+    };
+    b64.trim()
+        .as_bytes()
+        .ct_eq(expected.expose_secret().as_bytes())
+        .into()
+}
+
+async fn relay(
+    mut client: TcpStream,
+    gateway: &str,
+    authorization: &SecretString,
+    expected: &SecretString,
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(4096);
+    let head_end = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                return Ok(i + 4);
+            }
+            if buf.len() > MAX_HEAD {
+                return Err(std::io::Error::other("request head too large"));
+            }
+            let n = client.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::Error::other("closed"));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await
+    .map_err(|_| std::io::Error::other("no request head in time"))??;
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or_default().to_owned();
+    let is_connect = request_line.starts_with("CONNECT ");
+    let mut authorized = false;
+    let mut out = format!("{request_line}\r\n");
+    for line in lines.filter(|l| !l.is_empty()) {
+        let name = line
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        match name.as_str() {
+            "proxy-authorization" => {
+                authorized = is_ours(line.split_once(':').map_or("", |(_, v)| v), expected);
+            }
+            "proxy-connection" | "connection" | "keep-alive" => {}
+            _ => {
+                out.push_str(line);
+                out.push_str("\r\n");
+            }
+        }
+    }
+    if !authorized {
+        client
+            .write_all(
+                b"HTTP/1.1 407 Proxy Authentication Required\r\n\
+                  Proxy-Authenticate: Basic realm=\"tessera exec\"\r\n\
+                  Content-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await?;
+        return Ok(());
+    }
+    out.push_str(&format!(
+        "Proxy-Authorization: {}\r\n",
+        authorization.expose_secret()
+    ));
+    if !is_connect {
+        // One request per connection: the next one is authorised anew.
+        out.push_str("Connection: close\r\n");
+    }
+    out.push_str("\r\n");
+    let mut upstream = TcpStream::connect(gateway).await?;
+    upstream.set_nodelay(true)?;
+    upstream.write_all(out.as_bytes()).await?;
+    upstream.write_all(&buf[head_end..]).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_this_relays_credential_is_accepted() {
+        let expected = SecretString::from("dGVzc2VyYTpzZWNyZXQ=".to_owned());
+        assert!(is_ours(" Basic dGVzc2VyYTpzZWNyZXQ=", &expected));
+        assert!(!is_ours("Basic dGVzc2VyYTpzZWNyZXR=", &expected));
+        assert!(!is_ours("Bearer dGVzc2VyYTpzZWNyZXQ=", &expected));
+        assert!(!is_ours("", &expected));
+    }
+}

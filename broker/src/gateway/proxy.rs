@@ -1,0 +1,347 @@
+//! The proxy's request handling: who is asking (the run token in
+//! `Proxy-Authorization`), where to (`CONNECT host:port`, or an absolute-form
+//! `http://host[:port]/…` request), and then the decision (`decide`) before any
+//! connection; for `CONNECT`, the TLS ClientHello's server name before any byte
+//! goes upstream (`sni`).
+//!
+//! Absolute-form requests are relayed one per upstream connection, each decided
+//! anew, with the hop-by-hop and proxy headers removed and the `Host` header
+//! required to name the destination decided (a `Host` naming another virtual
+//! host on the same address would reach a destination policy never saw).
+
+use super::body::{Direction, ProxyBody};
+use super::decide::Allowed;
+use super::refusal::{Code, Refusal};
+use super::sni::{read_client_hello, HelloError};
+use super::Gateway;
+use crate::audit::{events, AuditEvent};
+use crate::backends::net::grammar::{normalise, Destination, Host};
+use crate::store::runs::RunRecord;
+use crate::store::writer::AppendAudit;
+use base64::Engine as _;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
+    let mut resp = Response::new(ProxyBody::text(r.body()));
+    *resp.status_mut() = r.code.status();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if r.code == Code::ProxyAuthRequired {
+        h.insert(
+            header::PROXY_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"tessera\", Bearer realm=\"tessera\""),
+        );
+    }
+    resp
+}
+
+/// The run token a client presents: `Bearer TOKEN`, or `Basic` with the token
+/// as the password (what `http://user:TOKEN@gateway` proxy URLs send).
+fn token(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::PROXY_AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, rest) = value.trim().split_once(' ')?;
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Some(rest.trim().to_owned());
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest.trim())
+            .ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        return text.split_once(':').map(|(_, pass)| pass.to_owned());
+    }
+    None
+}
+
+async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<RunRecord>, Refusal> {
+    let Some(token) = token(headers) else {
+        return Err(Refusal::new(
+            Code::ProxyAuthRequired,
+            "present the run token: Proxy-Authorization: Bearer TOKEN (or Basic with it as the password)",
+        ));
+    };
+    crate::api::extract::run_from(&gw.app, &token)
+        .await
+        .map_err(|e| {
+            if e.status == StatusCode::SERVICE_UNAVAILABLE {
+                Refusal::new(Code::StoreUnavailable, "the store is unavailable")
+            } else {
+                Refusal::new(Code::ProxyAuthRequired, "invalid or unknown run token")
+            }
+        })
+}
+
+/// The destination of a request, in the grammar's one spelling.
+fn destination(req: &Request<Incoming>) -> Result<Destination, Refusal> {
+    let bad = |m: &str| Refusal::new(Code::InvalidDestination, m.to_owned());
+    let uri = req.uri();
+    let authority = uri.authority().ok_or_else(|| {
+        bad("this is a proxy: send CONNECT host:port or an absolute-form http:// request")
+    })?;
+    if authority.as_str().contains('@') {
+        return Err(bad("a destination carries no credentials"));
+    }
+    let port = if req.method() == Method::CONNECT {
+        authority
+            .port_u16()
+            .ok_or_else(|| bad("CONNECT needs host:port"))?
+    } else {
+        match uri.scheme_str() {
+            Some("http") => authority.port_u16().unwrap_or(80),
+            _ => {
+                return Err(bad(
+                    "only http:// is relayed in absolute form; use CONNECT for TLS",
+                ))
+            }
+        }
+    };
+    normalise(authority.host(), port)
+        .ok_or_else(|| bad("not a host name or address literal the gateway accepts"))
+}
+
+async fn connect(
+    addrs: &[SocketAddr],
+    timeout: std::time::Duration,
+) -> Option<(TcpStream, SocketAddr)> {
+    for addr in addrs {
+        if let Ok(Ok(tcp)) = tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            let _ = tcp.set_nodelay(true);
+            return Some((tcp, *addr));
+        }
+    }
+    None
+}
+
+/// The one service: every request the proxy's connections carry.
+pub async fn handle(
+    gw: Arc<Gateway>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let answer = async {
+        let run = authenticate(&gw, req.headers()).await?;
+        let dest = destination(&req)?;
+        if req.method() == Method::CONNECT {
+            tunnel(gw.clone(), run, dest, req).await
+        } else {
+            forward(&gw, run, dest, req).await
+        }
+    };
+    Ok(answer.await.unwrap_or_else(|r| refusal_response(&r)))
+}
+
+/// `CONNECT`: decide, answer 200, read the ClientHello, check its name, and
+/// only then connect and relay.
+async fn tunnel(
+    gw: Arc<Gateway>,
+    run: Arc<RunRecord>,
+    dest: Destination,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Refusal> {
+    let allowed = gw.decide(&run, &dest).await?;
+    tokio::spawn(async move {
+        let Ok(upgraded) = hyper::upgrade::on(req).await else {
+            return;
+        };
+        let mut client = TokioIo::new(upgraded);
+        let timeout = gw.config.connect_timeout;
+        let mut ended = allowed.conn.run().cut_signal();
+        let hello = tokio::select! {
+            read = read_client_hello(&mut client, timeout) => read,
+            _ = ended.wait_for(|cut| *cut) => return,
+        };
+        let (hello, sni) = match hello {
+            Ok(read) => read,
+            Err(e) => {
+                let why = match e {
+                    HelloError::NotTls => "not_tls",
+                    HelloError::Timeout => "no_client_hello",
+                    HelloError::Closed => return,
+                };
+                gw.refuse_tunnel(&run, &dest, why, None).await;
+                return;
+            }
+        };
+        let matches = match (&dest.host, &sni) {
+            (Host::Name(name), Some(sni)) => name == sni,
+            (Host::Ip(_), None) => true,
+            _ => false,
+        };
+        if !matches {
+            gw.refuse_tunnel(&run, &dest, "sni_mismatch", sni.as_deref())
+                .await;
+            return;
+        }
+        let Allowed { addrs, conn } = allowed;
+        let Some((mut upstream, addr)) = connect(&addrs, timeout).await else {
+            gw.app.metrics.egress("deny", "upstream");
+            return;
+        };
+        conn.connected(addr);
+        if !conn.add_up(hello.len()) || upstream.write_all(&hello).await.is_err() {
+            return;
+        }
+        super::relay::relay(client, upstream, &conn, gw.config.max_connection_duration).await;
+    });
+    Ok(Response::new(ProxyBody::empty()))
+}
+
+/// Request headers that belong to the hop between client and proxy.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for h in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(named) {
+        headers.remove(h.as_str());
+    }
+}
+
+/// Absolute-form `http://`: decide, connect, relay one request and its response.
+async fn forward(
+    gw: &Gateway,
+    run: Arc<RunRecord>,
+    dest: Destination,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Refusal> {
+    let (mut parts, body) = req.into_parts();
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .unwrap_or_default();
+    if let Some(host) = parts.headers.get(header::HOST) {
+        let named = host
+            .to_str()
+            .ok()
+            .and_then(|h| h.parse::<hyper::http::uri::Authority>().ok())
+            .and_then(|a| normalise(a.host(), a.port_u16().unwrap_or(80)));
+        if named.as_ref() != Some(&dest) {
+            return Err(Refusal::new(
+                Code::InvalidDestination,
+                "the Host header must name the destination of the request line",
+            ));
+        }
+    }
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.insert(
+        header::HOST,
+        HeaderValue::from_str(&authority)
+            .map_err(|_| Refusal::new(Code::InvalidDestination, "bad authority"))?,
+    );
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    parts.uri = path
+        .parse()
+        .map_err(|_| Refusal::new(Code::InvalidDestination, "bad request target"))?;
+
+    let Allowed { addrs, conn } = gw.decide(&run, &dest).await?;
+    let timeout = gw.config.connect_timeout;
+    let Some((tcp, addr)) = connect(&addrs, timeout).await else {
+        gw.app.metrics.egress("deny", "upstream");
+        return Err(Refusal::new(
+            Code::UpstreamUnavailable,
+            format!("{} did not accept the connection", dest.path()),
+        ));
+    };
+    conn.connected(addr);
+    let conn = Arc::new(conn);
+    let deadline = tokio::time::Instant::now() + gw.config.max_connection_duration;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|_| {
+            Refusal::new(
+                Code::UpstreamUnavailable,
+                "the upstream HTTP handshake failed",
+            )
+        })?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let upstream_req = Request::from_parts(
+        parts,
+        ProxyBody::Relayed {
+            inner: body,
+            conn: conn.clone(),
+            direction: Direction::Up,
+            deadline,
+        },
+    );
+    let resp = tokio::time::timeout_at(deadline, sender.send_request(upstream_req))
+        .await
+        .map_err(|_| {
+            Refusal::new(
+                Code::UpstreamUnavailable,
+                "the upstream did not answer in time",
+            )
+        })?
+        .map_err(|_| Refusal::new(Code::UpstreamUnavailable, "the upstream failed"))?;
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    Ok(Response::from_parts(
+        parts,
+        ProxyBody::Relayed {
+            inner: body,
+            conn,
+            direction: Direction::Down,
+            deadline,
+        },
+    ))
+}
+
+impl Gateway {
+    /// A tunnel whose first flight is refused (`not_tls`, `no_client_hello`,
+    /// `sni_mismatch`): audited as `egress.denied`; nothing was connected.
+    async fn refuse_tunnel(
+        &self,
+        run: &RunRecord,
+        dest: &Destination,
+        why: &str,
+        sni: Option<&str>,
+    ) {
+        self.app.metrics.egress("deny", "sni");
+        let mut ev = AuditEvent::new(events::EGRESS_DENIED, format!("run:{}", run.id), "deny");
+        ev.run_id = Some(run.id.clone());
+        ev.user = Some(run.user.clone());
+        ev.task_id = Some(run.task_id.clone());
+        ev.action = Some("connect".into());
+        ev.resource = Some(format!("{}:{}", self.config.backend, dest.path()));
+        ev.reason = Some(why.to_owned());
+        ev.detail = sni.map(|s| format!("sni={}", s.chars().take(253).collect::<String>()));
+        if let Err(e) = self.app.store.writer().submit(AppendAudit(ev)).await {
+            tracing::error!(error = %e, "cannot audit a refused tunnel");
+        }
+        if self.config.end_run_on_deny && why == "sni_mismatch" {
+            let resource = format!("{}:{}", self.config.backend, dest.path());
+            self.end_run(run, &resource).await;
+        }
+    }
+}

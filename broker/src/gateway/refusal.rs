@@ -1,0 +1,94 @@
+//! What the gateway answers instead of a connection: an HTTP status, a stable
+//! code and a message safe for the sandbox (it never names the policy that
+//! refused). The codes are the gateway's own, listed in docs/gateway.md: the
+//! proxy is not the broker's HTTP API, so they are not `ErrorCode`s.
+
+use hyper::StatusCode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// 407: no run token, or not a known one.
+    ProxyAuthRequired,
+    /// 403: the run ended or expired.
+    RunEnded,
+    /// 400: not a destination in the `net` grammar, or a request the proxy does
+    /// not relay (origin-form, `https://` absolute-form, a Host that differs).
+    InvalidDestination,
+    /// 403: policy does not permit `connect` to the destination.
+    DestinationDenied,
+    /// 403: the destination resolves to an address in a range the run may not reach.
+    AddressRefused,
+    /// 502: the name does not resolve.
+    Unresolvable,
+    /// 502: the destination did not accept the connection.
+    UpstreamUnavailable,
+    /// 429: the run has too many connections open, has used its bytes, or is over its rate.
+    LimitReached,
+    /// 503: the store cannot record the decision (nothing is connected unrecorded).
+    StoreUnavailable,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::ProxyAuthRequired => "proxy_auth_required",
+            Code::RunEnded => "run_ended",
+            Code::InvalidDestination => "invalid_destination",
+            Code::DestinationDenied => "destination_denied",
+            Code::AddressRefused => "address_refused",
+            Code::Unresolvable => "unresolvable",
+            Code::UpstreamUnavailable => "upstream_unavailable",
+            Code::LimitReached => "limit_reached",
+            Code::StoreUnavailable => "store_unavailable",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            Code::ProxyAuthRequired => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            Code::RunEnded | Code::DestinationDenied | Code::AddressRefused => {
+                StatusCode::FORBIDDEN
+            }
+            Code::InvalidDestination => StatusCode::BAD_REQUEST,
+            Code::Unresolvable | Code::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            Code::LimitReached => StatusCode::TOO_MANY_REQUESTS,
+            Code::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// A refusal: its code and message.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub code: Code,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: Code, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The JSON body, in the broker's error shape.
+    pub fn body(&self) -> String {
+        #[derive(serde::Serialize)]
+        struct Detail<'a> {
+            code: &'a str,
+            message: &'a str,
+        }
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            error: Detail<'a>,
+        }
+        serde_json::to_string(&Body {
+            error: Detail {
+                code: self.code.as_str(),
+                message: &self.message,
+            },
+        })
+        .unwrap_or_default()
+    }
+}
