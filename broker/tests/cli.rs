@@ -66,6 +66,16 @@ async fn start_dev_broker_in(dir: PathBuf, config: Option<&str>) -> Broker {
 
 /// A dev broker with `env` set (e.g. `TESSERA_FAILPOINTS`).
 async fn start_dev_broker_with(dir: PathBuf, config: Option<&str>, env: &[(&str, &str)]) -> Broker {
+    start_dev_broker_policy(dir, config, env, &policy_dir()).await
+}
+
+/// A dev broker enforcing the policy folder `policy`.
+async fn start_dev_broker_policy(
+    dir: PathBuf,
+    config: Option<&str>,
+    env: &[(&str, &str)],
+    policy: &Path,
+) -> Broker {
     tessera_broker::server::install_crypto_provider();
     let addr = format!("127.0.0.1:{}", free_port());
     let mut cmd = Command::new(BIN);
@@ -73,7 +83,7 @@ async fn start_dev_broker_with(dir: PathBuf, config: Option<&str>, env: &[(&str,
     cmd.args(["serve", "--dev", "--listen", &addr, "--data-dir"])
         .arg(&dir)
         .arg("--policy-dir")
-        .arg(policy_dir());
+        .arg(policy);
     if let Some(text) = config {
         std::fs::write(dir.join("tessera.toml"), text).unwrap();
         cmd.arg("--config").arg(dir.join("tessera.toml"));
@@ -2225,5 +2235,169 @@ async fn exec_waits_for_an_approval_that_the_cli_gives() {
     assert_eq!(
         broker_audit(&broker, "approval.approved")[0]["actor"],
         "approver:dana-laptop"
+    );
+}
+
+/// A loopback HTTP server answering `hello PATH` to every request, counting
+/// the connections it accepted.
+fn hello_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 8192];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+            let body = format!("hello {path}");
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, count)
+}
+
+/// `exec --egress`: the command reaches what policy permits through the
+/// gateway, holds only a per-exec proxy credential (never the run token), and
+/// is refused elsewhere; with `--isolate-net` a command that ignores the proxy
+/// variables reaches nothing, while through the gateway it still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_egress_goes_through_the_gateway_and_isolate_net_leaves_no_other_way() {
+    let (up_port, connections) = hello_server();
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    let policy = dir.join("policy");
+    std::fs::create_dir_all(&policy).unwrap();
+    for entry in std::fs::read_dir(policy_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, policy.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(
+        policy.join("egress-test.cedar"),
+        format!(
+            "@id(\"egress-test-hello\")\n@allow_addresses(\"127.0.0.0/8\")\n\
+             permit (principal == Tessera::User::\"alice\", action == Tessera::Action::\"connect\", resource)\n\
+             when {{ resource.kind == \"net\" && resource.path == \"127.0.0.1:{up_port}\" }};\n"
+        ),
+    )
+    .unwrap();
+    let gateway = format!("127.0.0.1:{}", free_port());
+    let config = format!("[backends.net]\nkind = \"net\"\n\n[gateway]\nlisten = \"{gateway}\"\n");
+    let broker = start_dev_broker_policy(dir.clone(), Some(&config), &[], &policy).await;
+    let (run_id, token_file) = sandbox_run(&broker).await;
+    let token = std::fs::read_to_string(&token_file).unwrap();
+
+    let script = format!(
+        "curl -sS --max-time 10 http://127.0.0.1:{up_port}/through; echo; \
+         curl -sS --max-time 10 -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{other}/elsewhere; echo; \
+         env"
+    , other = free_port());
+    let out = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--egress", &gateway, "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("hello /through"), "{text}");
+    assert_eq!(
+        lines.next(),
+        Some("403"),
+        "a destination outside policy: {text}"
+    );
+    assert!(text.contains("http_proxy=http://tessera:tsr_px_"), "{text}");
+    assert!(
+        !text.contains(token.trim()),
+        "the command never sees the run token"
+    );
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let allowed: Vec<Value> = broker_audit(&broker, "egress.allowed")
+        .into_iter()
+        .filter(|r| r["run_id"] == run_id.as_str())
+        .collect();
+    assert_eq!(allowed.len(), 1, "{allowed:?}");
+    assert!(!broker_audit(&broker, "egress.denied").is_empty());
+
+    // --isolate-net: only the gateway is reachable.
+    let script = format!(
+        "curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{up_port}/direct; echo \" direct=$?\"; \
+         curl -sS --max-time 10 http://127.0.0.1:{up_port}/isolated; echo"
+    );
+    // Root in the namespace could join another one: the command must be another user.
+    let out = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--egress", &gateway, "--isolate-net", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "--isolate-net without --user is refused"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--user"));
+    let out = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--egress",
+            &gateway,
+            "--isolate-net",
+            "--user",
+            "nobody",
+            "--",
+        ])
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(" direct=7"),
+        "a direct connection fails to connect: {text}"
+    );
+    assert!(
+        text.contains("hello /isolated"),
+        "through the gateway it works: {text}"
+    );
+    let script = "nsenter --net=/proc/1/ns/net true && echo escaped; \
+                  grep NoNewPrivs /proc/self/status; id -u";
+    let out = sandbox_cmd(&broker, &token_file)
+        .args([
+            "exec",
+            "--egress",
+            &gateway,
+            "--isolate-net",
+            "--user",
+            "nobody",
+            "--",
+        ])
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !text.contains("escaped"),
+        "the command cannot leave the namespace: {text}"
+    );
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    assert_ne!(text.lines().last(), Some("0"), "not root: {text}");
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the direct attempt never reached the server"
     );
 }

@@ -449,6 +449,11 @@ pub struct RunView {
     #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub ended_at: Option<String>,
     pub state: String,
+    /// Why the run ended: `ended` (by its runtime or an admin), `expired`,
+    /// `runtime_disabled`, or `egress_denied` (the egress gateway ended it when it
+    /// tried a destination a rule says ends the run); null while it runs.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub end_reason: Option<String>,
     pub capabilities: Vec<CapabilitySummary>,
     pub leases: Vec<LeaseSummary>,
 }

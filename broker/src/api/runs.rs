@@ -194,6 +194,11 @@ pub async fn show(
     let caps = list_for_run(&app.store, &run.id).await?;
     let leases = leases_for_run(&app.store, &run.id).await?;
     let run_state = run.state(now);
+    let end_reason = match run_state {
+        runs::RunState::Active => None,
+        runs::RunState::Expired => Some("expired".to_owned()),
+        runs::RunState::Ended => runs::end_reason(&app.store, &run.id).await?,
+    };
     Ok(Json(RunView {
         run_id: run.id,
         user: run.user,
@@ -208,6 +213,7 @@ pub async fn show(
         expires_at: rfc3339(run.expires_at),
         ended_at: run.ended_at.map(rfc3339),
         state: run_state.as_str().to_owned(),
+        end_reason,
         capabilities: caps
             .into_iter()
             .map(|c| {

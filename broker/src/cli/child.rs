@@ -24,7 +24,13 @@
 //!
 //! The one `unsafe` block of the workspace is here: `pre_exec`, whose closure
 //! runs between fork and exec and calls only async-signal-safe system calls
-//! (`prctl`, `getppid`, `sigprocmask`, `tcsetpgrp`, `setns`), allocating nothing.
+//! (`prctl`, `getppid`, `sigprocmask`, `tcsetpgrp`, `setns`, `setgroups`,
+//! `setgid`, `setuid`), allocating nothing.
+//!
+//! The command's user (`--user`) is switched here rather than by
+//! `Command::uid`, because std switches before `pre_exec` runs, and joining the
+//! `--isolate-net` namespace needs the privileges the switch drops. The parent
+//! death signal is set after the switch: changing credentials clears it.
 
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::{getpgrp, getpid, getppid, tcgetpgrp, tcsetpgrp, Pid};
@@ -75,12 +81,14 @@ pub enum Session {
     Detached,
 }
 
-/// Starts `cmd` as a tree `exec` owns (see the module docs); with `netns`, in
-/// that network namespace (`exec --isolate-net`).
+/// Starts `cmd` as a tree `exec` owns (see the module docs); as `identity`
+/// (uid, gid) when given, supplementary groups dropped; with `netns`, in that
+/// network namespace (`exec --isolate-net`), unable to gain privileges.
 pub fn spawn(
     mut cmd: tokio::process::Command,
     session: Session,
     netns: Option<&std::os::fd::OwnedFd>,
+    identity: Option<(u32, u32)>,
 ) -> std::io::Result<Tree> {
     // Orphaned descendants come to `exec`, not init. Not fatal if refused
     // (old kernels): the group is still killed.
@@ -108,7 +116,7 @@ pub fn spawn(
     // async-signal-safe system calls; it allocates nothing (errors are raw
     // errno values) and touches no lock.
     unsafe {
-        cmd.pre_exec(move || in_child(parent, session, terminal.then_some(stdin), netns));
+        cmd.pre_exec(move || in_child(parent, session, terminal.then_some(stdin), netns, identity));
     }
     let child = cmd.spawn()?;
     let group = child
@@ -149,12 +157,21 @@ fn in_child(
     session: Session,
     terminal: Option<BorrowedFd<'static>>,
     netns: Option<BorrowedFd<'static>>,
+    identity: Option<(u32, u32)>,
 ) -> std::io::Result<()> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
     if let Some(ns) = netns {
         // Before any privilege is dropped: joining a namespace needs CAP_SYS_ADMIN.
         nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+        // No setuid program may give the command back what leaving needs.
+        nix::sys::prctl::set_no_new_privs()?;
     }
+    if let Some((uid, gid)) = identity {
+        nix::unistd::setgroups(&[])?;
+        nix::unistd::setgid(nix::unistd::Gid::from_raw(gid))?;
+        nix::unistd::setuid(nix::unistd::Uid::from_raw(uid))?;
+    }
+    // After the switch: a change of credentials clears the parent death signal.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
     // `exec` died before the line above: nobody would revoke or kill; do not run.
     if getppid() != parent {
         return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));

@@ -26,6 +26,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Largest request head the relay reads.
 const MAX_HEAD: usize = 64 * 1024;
+/// Most connections the relay serves at once.
+const MAX_CONNECTIONS: usize = 256;
 
 /// The relay while it runs: the proxy URL for the command's environment and,
 /// with `--isolate-net`, the namespace the command joins.
@@ -64,8 +66,14 @@ fn isolated_listener() -> Result<(std::net::TcpListener, OwnedFd), String> {
         unshare(CloneFlags::CLONE_NEWNET).map_err(|e| {
             format!("--isolate-net: cannot make a network namespace ({e}); it needs root (CAP_SYS_ADMIN)")
         })?;
-        // Spawned from this thread, `ip` runs in the new namespace.
-        let up = std::process::Command::new("ip")
+        // Spawned from this thread, `ip` runs in the new namespace. Found at
+        // the paths Debian and others install it, never through PATH (exec runs
+        // as root, and PATH is the caller's).
+        let ip = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .ok_or("--isolate-net: iproute2's ip is not installed (/usr/sbin/ip)")?;
+        let up = std::process::Command::new(ip)
             .args(["link", "set", "lo", "up"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -84,9 +92,32 @@ fn isolated_listener() -> Result<(std::net::TcpListener, OwnedFd), String> {
     .map_err(|_| "--isolate-net: the namespace thread panicked".to_owned())?
 }
 
+/// Whether `gateway` (`HOST:PORT`) is on this machine: the run token crosses
+/// to it in clear (the gateway speaks plain HTTP, as forward proxies do).
+fn is_loopback(gateway: &str) -> bool {
+    let host = gateway.rsplit_once(':').map_or(gateway, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Starts the relay to `gateway` (`HOST:PORT`), presenting `authorization`
-/// there for every request.
-pub fn start(gateway: &str, authorization: SecretString, isolate: bool) -> Result<Egress, String> {
+/// there for every request. A gateway off this machine is refused unless
+/// `insecure` (`TESSERA_INSECURE_HTTP=1`): the run token would cross in clear.
+pub fn start(
+    gateway: &str,
+    authorization: SecretString,
+    isolate: bool,
+    insecure: bool,
+) -> Result<Egress, String> {
+    if !is_loopback(gateway) && !insecure {
+        return Err(format!(
+            "--egress {gateway}: the gateway is not on this machine, and the run token would cross \
+             to it in clear; use a loopback address (or TESSERA_INSECURE_HTTP=1 on a network you trust)"
+        ));
+    }
     let (std_listener, netns) = if isolate {
         let (l, ns) = isolated_listener()?;
         (l, Some(ns))
@@ -115,15 +146,20 @@ pub fn start(gateway: &str, authorization: SecretString, isolate: bool) -> Resul
     let gateway = gateway.to_owned();
     let task = tokio::spawn(async move {
         let shared = std::sync::Arc::new((gateway, authorization, expected));
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
             let Ok((client, _)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                continue; // dropped: over MAX_CONNECTIONS
+            };
             let shared = shared.clone();
             tokio::spawn(async move {
                 let (gateway, authorization, expected) = &*shared;
                 let _ = relay(client, gateway, authorization, expected).await;
+                drop(slot);
             });
         }
     });
@@ -155,12 +191,15 @@ async fn relay(
     let mut buf = Vec::with_capacity(4096);
     let head_end = tokio::time::timeout(Duration::from_secs(30), async {
         let mut chunk = [0u8; 4096];
+        let mut scanned = 0;
         loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                return Ok(i + 4);
+            // Only what arrived since the last look (and the 3 bytes before it).
+            if let Some(i) = buf[scanned..].windows(4).position(|w| w == b"\r\n\r\n") {
+                return Ok(Some(scanned + i + 4));
             }
+            scanned = buf.len().saturating_sub(3);
             if buf.len() > MAX_HEAD {
-                return Err(std::io::Error::other("request head too large"));
+                return Ok(None);
             }
             let n = client.read(&mut chunk).await?;
             if n == 0 {
@@ -171,6 +210,15 @@ async fn relay(
     })
     .await
     .map_err(|_| std::io::Error::other("no request head in time"))??;
+    let Some(head_end) = head_end else {
+        client
+            .write_all(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n\
+                  Content-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await?;
+        return Ok(());
+    };
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     let mut lines = head.split("\r\n");
     let request_line = lines.next().unwrap_or_default().to_owned();
@@ -225,6 +273,26 @@ async fn relay(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gateway_must_be_on_this_machine() {
+        for ok in [
+            "127.0.0.1:8701",
+            "localhost:8701",
+            "[::1]:8701",
+            "127.9.9.9:1",
+        ] {
+            assert!(is_loopback(ok), "{ok}");
+        }
+        for bad in [
+            "10.0.0.1:8701",
+            "gateway.internal:8701",
+            "localhost.evil:1",
+            "[::2]:1",
+        ] {
+            assert!(!is_loopback(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn only_this_relays_credential_is_accepted() {

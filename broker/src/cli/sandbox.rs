@@ -96,10 +96,11 @@ pub struct ExecArgs {
     /// run token; the gateway decides and audits every connection (docs/gateway.md).
     #[arg(long, value_name = "HOST:PORT", env = "TESSERA_GATEWAY")]
     pub egress: Option<String>,
-    /// With --egress (Linux, as root): run the command in a network namespace of
-    /// its own whose only way out is the gateway, so a tool that ignores the
-    /// proxy variables reaches nothing.
-    #[arg(long, requires = "egress")]
+    /// With --egress and --user (Linux, as root): run the command in a network
+    /// namespace of its own whose only way out is the gateway, so a tool that
+    /// ignores the proxy variables reaches nothing. The command must not be root
+    /// (root could join another namespace), hence --user.
+    #[arg(long, requires_all = ["egress", "user"])]
     pub isolate_net: bool,
     /// The command and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
@@ -376,7 +377,15 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     let egress = match &args.egress {
         None => None,
         Some(gateway) => {
-            match super::egress::start(gateway, client.proxy_authorization(), args.isolate_net) {
+            let insecure = parent
+                .get("TESSERA_INSECURE_HTTP")
+                .is_some_and(|v| v == "1");
+            match super::egress::start(
+                gateway,
+                client.proxy_authorization(),
+                args.isolate_net,
+                insecure,
+            ) {
                 Ok(e) => Some(e),
                 Err(e) => {
                     let revoked = revoke_all(&client, &held).await;
@@ -742,25 +751,22 @@ async fn run_child(
     use std::os::unix::process::ExitStatusExt;
     let mut cmd = tokio::process::Command::new(&command[0]);
     cmd.args(&command[1..]).env_clear().envs(env);
-    if let Some(id) = identity {
-        // std drops root's supplementary groups when it switches the uid.
-        cmd.uid(id.uid).gid(id.gid);
-    }
     let session = match identity {
         Some(_) => super::child::Session::Detached,
         None => super::child::Session::Shared,
     };
-    let mut tree = match super::child::spawn(cmd, session, netns) {
-        Ok(t) => t,
-        Err(e) => {
-            say!("tessera exec: cannot run {}: {e}", command[0]);
-            return if e.kind() == std::io::ErrorKind::NotFound {
-                EXIT_NOT_FOUND
-            } else {
-                EXIT_CANNOT_EXECUTE
-            };
-        }
-    };
+    let mut tree =
+        match super::child::spawn(cmd, session, netns, identity.map(|id| (id.uid, id.gid))) {
+            Ok(t) => t,
+            Err(e) => {
+                say!("tessera exec: cannot run {}: {e}", command[0]);
+                return if e.kind() == std::io::ErrorKind::NotFound {
+                    EXIT_NOT_FOUND
+                } else {
+                    EXIT_CANNOT_EXECUTE
+                };
+            }
+        };
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut lapsed = false;
     let status = loop {

@@ -58,6 +58,11 @@ pub(super) fn resolve(
     let listen: SocketAddr = listen
         .parse()
         .map_err(|_| err("gateway.listen", format!("not an address:port: {listen:?}")))?;
+    if !listen.ip().is_loopback() {
+        // Forward proxies speak plain HTTP: a run token sent from elsewhere crosses
+        // the network in clear. Allowed (a pod network may be trusted), and said.
+        tracing::warn!(%listen, "gateway.listen is not a loopback address: clients' run tokens reach it in clear");
+    }
     let backend = raw.backend.unwrap_or_else(|| "net".to_owned());
     if !matches!(backends.get(&backend), Some(BackendConfig::Net(_))) {
         return Err(err(

@@ -43,6 +43,9 @@ pub enum Range {
     Reserved,
     /// Teredo `2001::/32`: a tunnel whose IPv4 endpoint is obfuscated.
     Tunnel,
+    /// A cloud's host endpoint at a public-looking address: Azure's WireServer
+    /// `168.63.129.16` (instance metadata, certificates, health).
+    CloudMetadata,
 }
 
 impl Range {
@@ -60,6 +63,7 @@ impl Range {
             Range::Multicast => "multicast",
             Range::Reserved => "reserved",
             Range::Tunnel => "tunnel",
+            Range::CloudMetadata => "cloud_metadata",
         }
     }
 }
@@ -87,6 +91,7 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Range> {
         ([10, 0, 0, 0], 8, Range::Private),
         ([100, 64, 0, 0], 10, Range::SharedCgnat),
         ([127, 0, 0, 0], 8, Range::Loopback),
+        ([168, 63, 129, 16], 32, Range::CloudMetadata),
         ([169, 254, 0, 0], 16, Range::LinkLocal),
         ([172, 16, 0, 0], 12, Range::Private),
         ([192, 0, 0, 0], 24, Range::Reserved),
@@ -181,6 +186,8 @@ mod tests {
             ("::1", "loopback"),
             ("::ffff:127.0.0.1", "loopback"),
             ("169.254.169.254", "link_local"),
+            ("168.63.129.16", "cloud_metadata"),
+            ("::ffff:168.63.129.16", "cloud_metadata"),
             ("64:ff9b::a9fe:a9fe", "link_local"),
             ("fd00:ec2::254", "unique_local"),
             ("10.1.2.3", "private"),

@@ -52,10 +52,35 @@ impl Gateway {
         }))
     }
 
+    /// Every second, cuts the open connections of runs that ended or expired —
+    /// by their runtime, an admin, the sweeper or another replica — so a
+    /// tunnel opened before the end does not outlive it.
+    async fn cut_ended_runs(self: Arc<Self>) {
+        let mut stopping = self.app.stopping.subscribe();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stopping.wait_for(|s| *s) => return,
+            }
+            let now = self.app.clock.now();
+            for (run_id, traffic) in self.traffic.open_runs() {
+                let ended = traffic.expires_at() <= now
+                    || matches!(
+                        crate::store::runs::ended_at(&self.app.store, &run_id).await,
+                        Ok(Some(Some(_)))
+                    );
+                if ended {
+                    traffic.cut_all();
+                }
+            }
+        }
+    }
+
     /// Accepts proxy connections on `listener` until the broker stops.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) {
         let slots = Arc::new(Semaphore::new(self.config.max_connections as usize));
         let mut stopping = self.app.stopping.subscribe();
+        tokio::spawn(self.clone().cut_ended_runs());
         tracing::info!(listen = %self.config.listen, "egress gateway listening");
         loop {
             let accepted = tokio::select! {

@@ -13,6 +13,7 @@ use super::body::{Direction, ProxyBody};
 use super::decide::Allowed;
 use super::refusal::{Code, Refusal};
 use super::sni::{read_client_hello, HelloError};
+use super::traffic::Cut;
 use super::Gateway;
 use crate::audit::{events, AuditEvent};
 use crate::backends::net::grammar::{normalise, Destination, Host};
@@ -38,6 +39,9 @@ fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
         HeaderValue::from_static("application/json"),
     );
     if r.code == Code::ProxyAuthRequired {
+        // A connection that failed to authenticate gets no second try on it:
+        // a client holding idle connections with made-up tokens holds nothing.
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         h.insert(
             header::PROXY_AUTHENTICATE,
             HeaderValue::from_static("Basic realm=\"tessera\", Bearer realm=\"tessera\""),
@@ -222,6 +226,16 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// About how many bytes a request or response head takes on the wire.
+fn head_len(uri: &hyper::Uri, headers: &HeaderMap) -> usize {
+    let line = 16 + uri.to_string().len();
+    headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum::<usize>()
+        + line
+}
+
 /// Absolute-form `http://`: decide, connect, relay one request and its response.
 async fn forward(
     gw: &Gateway,
@@ -264,6 +278,13 @@ async fn forward(
         .map_err(|_| Refusal::new(Code::InvalidDestination, "bad request target"))?;
 
     let Allowed { addrs, conn } = gw.decide(&run, &dest).await?;
+    // The request line and headers count against the allowance as the body does.
+    if !conn.add_up(head_len(&parts.uri, &parts.headers)) {
+        return Err(Refusal::new(
+            Code::LimitReached,
+            "the run has used its byte allowance",
+        ));
+    }
     let timeout = gw.config.connect_timeout;
     let Some((tcp, addr)) = connect(&addrs, timeout).await else {
         gw.app.metrics.egress("deny", "upstream");
@@ -283,8 +304,17 @@ async fn forward(
                 "the upstream HTTP handshake failed",
             )
         })?;
+    // The upstream connection lives until its exchange is done, its deadline
+    // passes or the run ends, whichever is first: dropping it ends both bodies,
+    // even one that stopped sending.
+    let watched = conn.clone();
+    let mut ended = conn.run().cut_signal();
     tokio::spawn(async move {
-        let _ = connection.await;
+        tokio::select! {
+            _ = connection => {}
+            _ = tokio::time::sleep_until(deadline) => watched.cut(Cut::DurationLimit),
+            _ = ended.wait_for(|cut| *cut) => watched.cut(Cut::RunEnded),
+        }
     });
     let upstream_req = Request::from_parts(
         parts,
@@ -298,14 +328,22 @@ async fn forward(
     let resp = tokio::time::timeout_at(deadline, sender.send_request(upstream_req))
         .await
         .map_err(|_| {
+            conn.cut(Cut::DurationLimit);
             Refusal::new(
                 Code::UpstreamUnavailable,
-                "the upstream did not answer in time",
+                "the connection's longest life ended before the upstream answered",
             )
         })?
         .map_err(|_| Refusal::new(Code::UpstreamUnavailable, "the upstream failed"))?;
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    if !conn.add_down(head_len(&hyper::Uri::default(), &parts.headers)) {
+        conn.cut(Cut::ByteLimit);
+        return Err(Refusal::new(
+            Code::LimitReached,
+            "the run has used its byte allowance",
+        ));
+    }
     Ok(Response::from_parts(
         parts,
         ProxyBody::Relayed {

@@ -6,7 +6,7 @@ use super::traffic::{Conn, Cut};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-const BUF: usize = 16 * 1024;
+const BUF: usize = 64 * 1024;
 
 /// Copies `from` to `to` until `from` ends, counting each chunk with `count`;
 /// `Err(Some(cut))` when the count refuses a chunk (it is not written).

@@ -31,6 +31,11 @@ impl RunTraffic {
         self.cut.subscribe()
     }
 
+    /// When the run expires (Unix seconds).
+    pub fn expires_at(&self) -> i64 {
+        self.expires_at
+    }
+
     /// Cuts every open connection of the run.
     pub fn cut_all(&self) {
         self.cut.send_replace(true);
@@ -41,9 +46,11 @@ impl RunTraffic {
 #[derive(Default)]
 pub struct Traffic {
     runs: Mutex<HashMap<String, Arc<RunTraffic>>>,
+    /// The size at which entries of expired runs are next dropped.
+    prune_at: std::sync::atomic::AtomicUsize,
 }
 
-/// Entries kept before those of expired runs are dropped.
+/// Entries kept before those of expired runs are first dropped.
 const PRUNE_ABOVE: usize = 10_000;
 
 impl Traffic {
@@ -52,8 +59,10 @@ impl Traffic {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        if runs.len() > PRUNE_ABOVE {
+        if runs.len() > self.prune_at.load(Ordering::Relaxed).max(PRUNE_ABOVE) {
             runs.retain(|_, r| r.expires_at > now || r.open.load(Ordering::Relaxed) > 0);
+            // Not again before the map doubles: a scan per decision would not do.
+            self.prune_at.store(runs.len() * 2, Ordering::Relaxed);
         }
         runs.entry(run_id.to_owned())
             .or_insert_with(|| {
@@ -66,6 +75,18 @@ impl Traffic {
                 })
             })
             .clone()
+    }
+
+    /// The runs with connections open now.
+    pub fn open_runs(&self) -> Vec<(String, Arc<RunTraffic>)> {
+        let runs = match self.runs.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        runs.iter()
+            .filter(|(_, r)| r.open.load(Ordering::Relaxed) > 0)
+            .map(|(id, r)| (id.clone(), r.clone()))
+            .collect()
     }
 
     /// The run's traffic if it has any here.

@@ -297,6 +297,29 @@ mod tests {
     }
 
     #[test]
+    fn egress_annotations_sit_where_they_mean_something() {
+        let p = parsed(
+            Effect::Permit,
+            &[("allow_addresses", "127.0.0.0/8, ::1/128")],
+        );
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        assert_eq!(p.constraints.allow_addresses.len(), 2);
+        let p = parsed(Effect::Forbid, &[("on_deny", "end_run")]);
+        assert!(p.errors.is_empty() && p.constraints.end_run_on_deny);
+        for (effect, k, v) in [
+            (Effect::Permit, "allow_addresses", "10.0.0.1/8"),
+            (Effect::Permit, "allow_addresses", "anywhere"),
+            (Effect::Forbid, "allow_addresses", "10.0.0.0/8"),
+            (Effect::Permit, "on_deny", "end_run"),
+            (Effect::Forbid, "on_deny", "warn"),
+        ] {
+            let p = parsed(effect, &[(k, v)]);
+            assert_eq!(p.errors.len(), 1, "{effect:?} @{k}({v:?}) should fail");
+            assert!(!p.constraints.end_run_on_deny && p.constraints.allow_addresses.is_empty());
+        }
+    }
+
+    #[test]
     fn constraints_are_rejected_on_forbid() {
         let p = parsed(
             Effect::Forbid,

@@ -130,9 +130,16 @@ async fn select_in(
 }
 
 /// The audit event of a refused issuance: no capability id, the given reason.
+/// An egress decision recorded through the same path (the gateway's) is
+/// refused as `egress.denied`, whatever refused it: the SIEM rule for egress
+/// must not have to know the capability events.
 fn refused(issued: &AuditEvent, event: &'static str, reason: String) -> AuditEvent {
     let mut ev = issued.clone();
-    ev.event = event;
+    ev.event = if matches!(issued.event, events::EGRESS_ALLOWED | events::EGRESS_DENIED) {
+        events::EGRESS_DENIED
+    } else {
+        event
+    };
     ev.decision = "deny";
     ev.capability_id = None;
     ev.reason = Some(reason);

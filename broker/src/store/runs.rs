@@ -355,6 +355,21 @@ pub async fn ended_at(store: &Store, run_id: &str) -> Result<Option<Option<i64>>
     row.as_ref().map(|r| col(r, "ended_at")).transpose()
 }
 
+/// Why the run ended (`ended`, `expired`, `runtime_disabled`, `egress_denied`),
+/// straight from the store; `None` while it has not (or no such run).
+pub async fn end_reason(store: &Store, run_id: &str) -> Result<Option<String>, StoreError> {
+    let q = store.sql("SELECT end_reason FROM runs WHERE id = $1");
+    let row = sqlx::query(&q)
+        .bind(run_id)
+        .fetch_optional(store.pool())
+        .await?;
+    Ok(row
+        .as_ref()
+        .map(|r| col::<Option<String>>(r, "end_reason"))
+        .transpose()?
+        .flatten())
+}
+
 /// Which runs `GET /v1/admin/runs` lists; paged by run id (ids are time-ordered).
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {

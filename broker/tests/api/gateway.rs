@@ -586,7 +586,7 @@ async fn proxy_authentication_is_the_run_token() {
 async fn a_forbidden_destination_ends_the_run_and_its_database_user_disappears() {
     let fx = PgFixture::new().await;
     let e = env_with(Some(DbBackends::default()), |_| {}).await;
-    let (_, run_id, token) = e.app.run_for("alice").await;
+    let (key, run_id, token) = e.app.run_for("alice").await;
     let cap = e
         .app
         .capability_ok(&token, "select", &fx.resource("granted"))
@@ -603,6 +603,18 @@ async fn a_forbidden_destination_ends_the_run_and_its_database_user_disappears()
     let ended = audit_rows(&e.app, &run_id, "run.ended", 1).await;
     assert_eq!(ended[0]["actor"], "gateway");
     assert_eq!(ended[0]["reason"], "egress_denied");
+    // The runtime's receipt says how the run ended.
+    let view: Value = e
+        .app
+        .get(&format!("/v1/runs/{run_id}"), Some(&key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (view["state"].as_str(), view["end_reason"].as_str()),
+        (Some("ended"), Some("egress_denied"))
+    );
     tessera_broker::jobs::revocation::run_once(&e.app.state)
         .await
         .unwrap();
@@ -651,4 +663,106 @@ async fn end_run_on_deny_ends_the_run_at_any_refused_destination() {
     )
     .await;
     assert_eq!((status, code(&body).as_str()), (403, "run_ended"));
+}
+
+/// A TLS session through a CONNECT tunnel of `token`'s run to allowed.test.
+async fn tls_tunnel(e: &Env, token: &str) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile_certs(&std::fs::read(&e.ca_file).unwrap()) {
+        roots.add(c).unwrap();
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut s = TcpStream::connect(e.gateway).await.unwrap();
+    let target = format!("allowed.test:{}", e.https.port());
+    s.write_all(connect_req(&target, token).as_bytes())
+        .await
+        .unwrap();
+    let mut head = [0u8; 256];
+    let n = s.read(&mut head).await.unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
+    let name = rustls::pki_types::ServerName::try_from("allowed.test").unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, s)
+        .await
+        .unwrap()
+}
+
+/// A run ended by its runtime (not by the gateway) loses its open tunnels too,
+/// and a stalled upload cannot hold a connection past its deadline, cut as
+/// `duration_limit` (an attacker's review found both; the tunnel assertion and
+/// the reason assertion failed before the fix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_connections_end_with_their_run_and_their_deadline() {
+    tessera_broker::server::install_crypto_provider();
+    let e = env_with(None, |g| {
+        g.max_connection_duration = std::time::Duration::from_secs(2)
+    })
+    .await;
+    let (key, run_id, token) = e.app.run_for("alice").await;
+    let mut tls = tls_tunnel(&e, &token).await;
+    tls.write_all(b"GET /one HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("proxy-authorization-seen") {
+        let mut buf = [0u8; 1024];
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&got).contains("hello from upstream /one"));
+    assert_eq!(
+        e.app.end_run(&key, &run_id).await.status(),
+        reqwest::StatusCode::OK
+    );
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_millis(1800),
+        tls.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the tunnel closes when the run ends, before its deadline"
+    );
+    let rows = audit_rows(&e.app, &run_id, "egress.closed", 1).await;
+    assert_eq!(rows[0]["reason"], "run_ended", "{}", rows[0]);
+
+    // An upload that stops sending is cut at the connection's deadline.
+    let (_, run2, token2) = e.app.run_for("alice").await;
+    let mut s = TcpStream::connect(e.gateway).await.unwrap();
+    s.write_all(
+        format!(
+            "POST http://allowed.test:{p}/upload HTTP/1.1\r\nHost: allowed.test:{p}\r\n\
+             Proxy-Authorization: Bearer {token2}\r\nContent-Length: 1000000\r\n\r\nfirst bytes",
+            p = e.http.port()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    let cut =
+        tokio::time::timeout(std::time::Duration::from_secs(6), s.read_to_end(&mut out)).await;
+    assert!(cut.is_ok(), "the stalled upload is cut");
+    let rows = audit_rows(&e.app, &run2, "egress.closed", 1).await;
+    assert_eq!(rows[0]["reason"], "duration_limit", "{}", rows[0]);
+}
+
+/// A connection that failed to authenticate is closed: made-up tokens cannot
+/// hold the gateway's connection slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_authentication_closes_the_connection() {
+    let e = env().await;
+    let mut s = TcpStream::connect(e.gateway).await.unwrap();
+    s.write_all(b"GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\nProxy-Authorization: Bearer tsr_run_madeup\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let closed =
+        tokio::time::timeout(std::time::Duration::from_secs(3), s.read_to_end(&mut out)).await;
+    assert!(closed.is_ok(), "closed after the 407");
+    assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 407"));
 }

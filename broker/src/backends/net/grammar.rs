@@ -8,8 +8,9 @@
 //! are lower-case LDH labels without a trailing dot (the gateway lower-cases
 //! and strips the root dot of what a client sends before asking), IPv4 literals
 //! are the dotted quad without leading zeros, IPv6 literals are bracketed and in
-//! the one form RFC 5952 prescribes, and a port is decimal without leading
-//! zeros. A name whose last label is all digits is refused: resolvers read
+//! the one form RFC 5952 prescribes, an IPv4-mapped IPv6 address
+//! (`::ffff:a.b.c.d`) is written as the IPv4 address it is, and a port is
+//! decimal without leading zeros. A name whose last label is all digits is refused: resolvers read
 //! `127.1` as an address.
 //!
 //! Wildcards (policy patterns, case files): `*` as the whole leftmost label
@@ -87,7 +88,8 @@ fn is_name(s: &str, wildcard: bool) -> bool {
 fn parse_host(s: &str, wildcard: bool) -> Option<Host> {
     if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
         let v6: Ipv6Addr = inner.parse().ok()?;
-        return (v6.to_string() == inner).then_some(Host::Ip(IpAddr::V6(v6)));
+        return (v6.to_string() == inner && v6.to_ipv4_mapped().is_none())
+            .then_some(Host::Ip(IpAddr::V6(v6)));
     }
     if s.bytes().all(|c| c.is_ascii_digit() || c == b'.') {
         let v4: Ipv4Addr = s.parse().ok()?;
@@ -130,8 +132,16 @@ pub fn normalise(host: &str, port: u16) -> Option<Destination> {
         host.to_ascii_lowercase()
     };
     let host = match host.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-        // An IPv6 literal is spelled canonically here (the grammar then holds it).
-        Some(inner) => Host::Ip(IpAddr::V6(inner.parse().ok()?)),
+        // An IPv6 literal is spelled canonically here (the grammar then holds
+        // it); a mapped IPv4 address is that IPv4 address, so a forbid written
+        // for `169.254.169.254:*` holds for `[::ffff:169.254.169.254]` too.
+        Some(inner) => {
+            let v6: Ipv6Addr = inner.parse().ok()?;
+            match v6.to_ipv4_mapped() {
+                Some(v4) => Host::Ip(IpAddr::V4(v4)),
+                None => Host::Ip(IpAddr::V6(v6)),
+            }
+        }
         None => parse_host(&host, false)?,
     };
     (port > 0).then_some(Destination { host, port })
@@ -182,6 +192,7 @@ mod tests {
             "0x7f.0.0.1:80",
             "2130706433:80",
             "[::FFFF:127.0.0.1]:80",
+            "[::ffff:127.0.0.1]:80",
             "[0:0:0:0:0:0:0:1]:80",
             "::1:80",
             "-a.example:80",
@@ -218,9 +229,10 @@ mod tests {
             n("API.GitHub.com.", 443).as_deref(),
             Some("api.github.com:443")
         );
+        assert_eq!(n("[::FFFF:127.0.0.1]", 80).as_deref(), Some("127.0.0.1:80"));
         assert_eq!(
-            n("[::FFFF:127.0.0.1]", 80).as_deref(),
-            Some("[::ffff:127.0.0.1]:80")
+            n("::ffff:a9fe:a9fe", 80).as_deref(),
+            Some("169.254.169.254:80")
         );
         assert_eq!(n("0:0:0:0:0:0:0:1", 80).as_deref(), Some("[::1]:80"));
         assert_eq!(n("127.1", 80), None);
