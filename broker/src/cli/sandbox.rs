@@ -347,57 +347,44 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
         }
     };
     if lapsed {
-        let revoked = revoke_all(&client, &held).await;
-        say!("tessera exec: the holds lapsed while obtaining credentials; the command was not started");
-        return ExitCode::from(if revoked {
-            EXIT_HOLD_LAPSED
-        } else {
-            EXIT_REVOKE_FAILED
-        });
+        return not_started(
+            &client,
+            &held,
+            EXIT_HOLD_LAPSED,
+            "the holds lapsed while obtaining credentials; the command was not started",
+        )
+        .await;
     }
     if let Some(sig) = stopped_by {
-        let revoked = revoke_all(&client, &held).await;
-        say!("tessera exec: {sig} while obtaining credentials; the command was not started");
-        return ExitCode::from(if revoked {
-            128u8.saturating_add(sig as u8)
-        } else {
-            EXIT_REVOKE_FAILED
-        });
+        return not_started(
+            &client,
+            &held,
+            128u8.saturating_add(sig as u8),
+            &format!("{sig} while obtaining credentials; the command was not started"),
+        )
+        .await;
     }
     if let Err(e) = obtained {
-        // Revocation first: nothing that follows may stand in its way.
-        let revoked = revoke_all(&client, &held).await;
-        say!("tessera exec: {e}");
-        return ExitCode::from(if revoked {
-            EXIT_TESSERA
-        } else {
-            EXIT_REVOKE_FAILED
-        });
+        return not_started(&client, &held, EXIT_TESSERA, &e.to_string()).await;
     }
-    let egress = match &args.egress {
-        None => None,
-        Some(gateway) => {
-            let insecure = parent
-                .get("TESSERA_INSECURE_HTTP")
-                .is_some_and(|v| v == "1");
-            match super::egress::start(
+    let insecure = parent
+        .get("TESSERA_INSECURE_HTTP")
+        .is_some_and(|v| v == "1");
+    let egress = args
+        .egress
+        .as_deref()
+        .map(|gateway| {
+            super::egress::start(
                 gateway,
                 client.proxy_authorization(),
                 args.isolate_net,
                 insecure,
-            ) {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    let revoked = revoke_all(&client, &held).await;
-                    say!("tessera exec: {e}");
-                    return ExitCode::from(if revoked {
-                        EXIT_TESSERA
-                    } else {
-                        EXIT_REVOKE_FAILED
-                    });
-                }
-            }
-        }
+            )
+        })
+        .transpose();
+    let egress = match egress {
+        Ok(e) => e,
+        Err(e) => return not_started(&client, &held, EXIT_TESSERA, &e).await,
     };
     if let Some(e) = &egress {
         env.extend(e.environment());
@@ -419,6 +406,14 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     } else {
         ExitCode::from(EXIT_REVOKE_FAILED)
     }
+}
+
+/// The command was not started: revokes what was obtained first (nothing that
+/// follows may stand in its way), then says why; `code` unless revocation failed.
+async fn not_started(client: &Client, held: &[Capability], code: u8, why: &str) -> ExitCode {
+    let revoked = revoke_all(client, held).await;
+    say!("tessera exec: {why}");
+    ExitCode::from(if revoked { code } else { EXIT_REVOKE_FAILED })
 }
 
 /// Whom `--user`/`--group` name.

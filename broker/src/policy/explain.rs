@@ -37,18 +37,28 @@ pub struct Explanation {
     pub errors: Vec<String>,
     /// The server defaults and caps applied.
     pub limits: Limits,
+    /// Egress: the non-public ranges the satisfied permits open (`@allow_addresses`).
+    pub allow_addresses: Vec<String>,
+    /// Egress: a deciding forbid says `@on_deny("end_run")`.
+    pub ends_run: bool,
 }
 
 impl PolicyEngine {
     /// Evaluates `request` and explains the decision under the server caps `limits`.
     pub fn explain(&self, request: &Simulated, limits: &Limits) -> Explanation {
         let groups = self.groups_of(&request.spec.user);
+        let mut allow_addresses = Vec::new();
         let (rule, policies, effective, errors) = match self.decide(&request.request()) {
             PolicyDecision::Allow {
                 policies,
                 constraints,
             } => {
                 let e = Effective::new(&constraints, limits, request.spec.requested_ttl);
+                allow_addresses = constraints
+                    .allow_addresses
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
                 (None, policies, Some(e), Vec::new())
             }
             PolicyDecision::Deny {
@@ -57,6 +67,7 @@ impl PolicyEngine {
                 errors,
             } => (Some(rule), policies, None, errors),
         };
+        let ends_run = rule.is_some() && self.ends_run_on_deny(&policies);
         Explanation {
             request: request.clone(),
             groups,
@@ -66,6 +77,8 @@ impl PolicyEngine {
             effective,
             errors,
             limits: limits.clone(),
+            allow_addresses,
+            ends_run,
         }
     }
 
@@ -138,6 +151,16 @@ impl Explanation {
         for e in &self.errors {
             out += &format!("  evaluation error: {e}\n");
         }
+        if self.ends_run {
+            out += "  @on_deny(\"end_run\"): the egress gateway ends a run that tries this\n";
+        }
+        if self.allowed && s.action == crate::backends::net::grammar::CONNECT {
+            out += &match self.allow_addresses.as_slice() {
+                [] => "addresses: public only (no satisfied permit has @allow_addresses)\n"
+                    .to_string(),
+                opened => format!("addresses: public, and {}\n", opened.join(", ")),
+            };
+        }
         if let Some(e) = &self.effective {
             out += "constraints:\n";
             out += &constraint_lines(e, &self.limits);
@@ -181,6 +204,8 @@ impl Explanation {
             "reason": reason,
             "policies": self.policies,
             "constraints": constraints,
+            "allow_addresses": self.allow_addresses,
+            "ends_run": self.ends_run,
             "errors": self.errors,
         })
     }
@@ -291,6 +316,23 @@ mod tests {
     use super::super::tests::SHIPPED;
     use super::*;
 
+    #[test]
+    fn egress_decisions_say_what_the_gateway_will_do() {
+        let x = explain("alice", "connect", "net:api.github.com:443", &[]);
+        assert!(x.allowed);
+        assert!(
+            x.render().contains("addresses: public only"),
+            "{}",
+            x.render()
+        );
+        let x = explain("alice", "connect", "net:metadata.google.internal:80", &[]);
+        assert!(!x.allowed && x.ends_run);
+        assert!(x.render().contains("@on_deny(\"end_run\")"));
+        assert_eq!(x.to_json()["ends_run"], true);
+        let x = explain("alice", "connect", "net:api.github.com:80", &[]);
+        assert!(!x.allowed && !x.ends_run, "no permit: nothing ends the run");
+    }
+
     /// The text with runs of spaces collapsed, so tests do not depend on alignment.
     fn squash(text: &str) -> String {
         text.split(' ')
@@ -311,10 +353,14 @@ mod tests {
         arguments: Option<serde_json::Value>,
     ) -> Explanation {
         let e = PolicyEngine::load_dir(Path::new(SHIPPED)).unwrap_or_else(|e| panic!("{e}"));
-        let backends: BTreeMap<_, _> = ["svc-reports", "deployer"]
-            .into_iter()
-            .filter_map(|b| Some((b.to_string(), unconfigured_backend("token")?)))
-            .collect();
+        let backends: BTreeMap<_, _> = [
+            ("svc-reports", "token"),
+            ("deployer", "token"),
+            ("net", "net"),
+        ]
+        .into_iter()
+        .filter_map(|(b, kind)| Some((b.to_string(), unconfigured_backend(kind)?)))
+        .collect();
         let spec = RequestSpec {
             user: user.into(),
             action: action.into(),
