@@ -101,15 +101,19 @@ impl Gateway {
             };
             let _ = tcp.set_nodelay(true);
             let gw = self.clone();
+            // A CONNECT takes the slot into its tunnel, which outlives the HTTP
+            // connection: gateway.max_connections bounds tunnels too.
+            let slot: proxy::Slot = Arc::new(std::sync::Mutex::new(Some(slot)));
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| proxy::handle(gw.clone(), req));
+                let service = hyper::service::service_fn(move |req| {
+                    proxy::handle(gw.clone(), slot.clone(), req)
+                });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(Duration::from_secs(10))
                     .serve_connection(TokioIo::new(tcp), service)
                     .with_upgrades();
                 let _ = conn.await;
-                drop(slot);
             });
         }
     }

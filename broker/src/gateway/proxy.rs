@@ -127,16 +127,20 @@ async fn connect(
     None
 }
 
+/// A proxy connection's place under `gateway.max_connections`.
+pub type Slot = Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
+
 /// The one service: every request the proxy's connections carry.
 pub async fn handle(
     gw: Arc<Gateway>,
+    slot: Slot,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let answer = async {
         let run = authenticate(&gw, req.headers()).await?;
         let dest = destination(&req)?;
         if req.method() == Method::CONNECT {
-            tunnel(gw.clone(), run, dest, req).await
+            tunnel(gw.clone(), run, dest, req, slot).await
         } else {
             forward(&gw, run, dest, req).await
         }
@@ -151,9 +155,12 @@ async fn tunnel(
     run: Arc<RunRecord>,
     dest: Destination,
     req: Request<Incoming>,
+    slot: Slot,
 ) -> Result<Response<ProxyBody>, Refusal> {
     let allowed = gw.decide(&run, &dest).await?;
+    let held = slot.lock().ok().and_then(|mut s| s.take());
     tokio::spawn(async move {
+        let _held = held; // the connection's slot, for the tunnel's life
         let Ok(upgraded) = hyper::upgrade::on(req).await else {
             return;
         };

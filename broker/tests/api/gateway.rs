@@ -766,3 +766,31 @@ async fn a_failed_authentication_closes_the_connection() {
     assert!(closed.is_ok(), "closed after the 407");
     assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 407"));
 }
+
+/// Open tunnels count against `gateway.max_connections` for their whole life
+/// (a review found the slot released once the connection was upgraded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tunnels_hold_their_connection_slot() {
+    tessera_broker::server::install_crypto_provider();
+    let e = env_with(None, |g| g.max_connections = 2).await;
+    let (_, _, token) = e.app.run_for("alice").await;
+    let _one = tls_tunnel(&e, &token).await;
+    let _two = tls_tunnel(&e, &token).await;
+    let mut third = TcpStream::connect(e.gateway).await.unwrap();
+    let _ = third
+        .write_all(connect_req(&format!("allowed.test:{}", e.https.port()), &token).as_bytes())
+        .await;
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        third.read_to_end(&mut out),
+    )
+    .await;
+    assert!(
+        read.is_ok() && out.is_empty(),
+        "over the cap: closed unanswered, got {out:?}"
+    );
+    drop(_one);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let _again = tls_tunnel(&e, &token).await;
+}
