@@ -86,6 +86,11 @@ pub fn sha256_hex(data: &[u8]) -> String {
     hex(ring::digest::digest(&ring::digest::SHA256, data).as_ref())
 }
 
+/// A request id (`req_` and 24 hex digits): in the error body, the log and the audit.
+pub fn new_request_id() -> String {
+    format!("req_{}", hex(&random_bytes::<12>()))
+}
+
 /// Lowercase hex encoding.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

@@ -23,7 +23,7 @@ pub async fn request_context(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let id = format!("req_{}", crate::ids::hex(&crate::ids::random_bytes::<12>()));
+    let id = crate::ids::new_request_id();
     req.extensions_mut().insert(RequestId(id.clone()));
     let started = Instant::now();
     let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());

@@ -35,7 +35,18 @@ pub struct Allowed {
     pub conn: Conn,
 }
 
-fn audit_for(run: &RunRecord, resource: &str) -> AuditEvent {
+/// What a refusal records: the audit row's reason and detail, the metric's
+/// reason, and whether it ends the run.
+pub(super) struct Denial {
+    pub reason: String,
+    pub detail: Option<String>,
+    pub metric: &'static str,
+    pub end_run: bool,
+}
+
+/// The `egress.allowed` row of `run`'s connection to `resource`; a refusal
+/// turns it into `egress.denied`.
+pub(super) fn audit_for(run: &RunRecord, resource: &str) -> AuditEvent {
     let mut ev = AuditEvent::new(events::EGRESS_ALLOWED, format!("run:{}", run.id), "allow");
     ev.run_id = Some(run.id.clone());
     ev.user = Some(run.user.clone());
@@ -82,7 +93,7 @@ impl Gateway {
                 format!("the run has {}", state.as_str()),
             ));
         }
-        let resource = format!("{}:{}", self.config.backend, dest.path());
+        let resource = self.resource(dest);
         let mut audit = audit_for(run, &resource);
         let policy = app.policy();
         let res = admit::check_capability(&policy, &app.config.backends, CONNECT, &resource)
@@ -95,16 +106,17 @@ impl Gateway {
         let request = crate::reauthorize::policy_request(run, CONNECT, &res, None, now, None);
         let (policies, constraints) = match policy.decide(&request) {
             PolicyDecision::Deny { rule, policies, .. } => {
-                let end = self.config.end_run_on_deny || policy.ends_run_on_deny(&policies);
-                audit.event = events::EGRESS_DENIED;
-                audit.decision = "deny";
-                audit.reason = Some(rule.reason().to_owned());
-                audit.detail = Some(format!("policies={}", policies.join(",")));
-                let refusal = Refusal::new(
+                let denial = Denial {
+                    reason: rule.reason().to_owned(),
+                    detail: Some(format!("policies={}", policies.join(","))),
+                    metric: "policy",
+                    end_run: self.config.end_run_on_deny || policy.ends_run_on_deny(&policies),
+                };
+                self.refuse(run, audit, denial).await;
+                return Err(Refusal::new(
                     Code::DestinationDenied,
                     format!("policy does not permit connecting to {}", dest.path()),
-                );
-                return Err(self.refuse(run, audit, refusal, "policy", end).await);
+                ));
             }
             PolicyDecision::Allow {
                 policies,
@@ -117,30 +129,34 @@ impl Gateway {
             Host::Name(name) => match self.resolver.lookup(name).await {
                 Ok(ips) => ips,
                 Err(why) => {
-                    audit.event = events::EGRESS_DENIED;
-                    audit.decision = "deny";
-                    audit.reason = Some("unresolvable".into());
-                    let refusal = Refusal::new(Code::Unresolvable, why);
-                    return Err(self.refuse(run, audit, refusal, "dns", false).await);
+                    let denial = Denial {
+                        reason: "unresolvable".into(),
+                        detail: None,
+                        metric: "dns",
+                        end_run: false,
+                    };
+                    self.refuse(run, audit, denial).await;
+                    return Err(Refusal::new(Code::Unresolvable, why));
                 }
             },
         };
         let listed: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
         if let Some((ip, range)) = first_refused(&ips, &constraints.allow_addresses) {
-            audit.event = events::EGRESS_DENIED;
-            audit.decision = "deny";
-            audit.reason = Some(format!("address_{}", range.as_str()));
-            audit.detail = Some(format!("addresses={} refused={ip}", listed.join(",")));
-            let refusal = Refusal::new(
+            let denial = Denial {
+                reason: format!("address_{}", range.as_str()),
+                detail: Some(format!("addresses={} refused={ip}", listed.join(","))),
+                metric: "address",
+                end_run: self.config.end_run_on_deny,
+            };
+            self.refuse(run, audit, denial).await;
+            return Err(Refusal::new(
                 Code::AddressRefused,
                 format!(
                     "{} resolves to a {} address, which this run may not reach",
                     dest.path(),
                     range.as_str().replace('_', "-")
                 ),
-            );
-            let end = self.config.end_run_on_deny;
-            return Err(self.refuse(run, audit, refusal, "address", end).await);
+            ));
         }
 
         let traffic = self.traffic.run(&run.id, run.expires_at, now);
@@ -148,38 +164,29 @@ impl Gateway {
             max_up: self.config.max_bytes_up_per_run,
             max_down: self.config.max_bytes_down_per_run,
         };
+        let addresses = listed.join(",");
         audit.detail = Some(format!(
-            "addresses={} policies={}",
-            listed.join(","),
+            "addresses={addresses} policies={}",
             policies.join(",")
         ));
-        let over = if Conn::exhausted(&traffic, limits) {
-            Some("the run has used its byte allowance")
+        let conn = if Conn::exhausted(&traffic, limits) {
+            Err("the run has used its byte allowance")
         } else {
-            None
-        };
-        let conn = over.map_or_else(
-            || {
-                Conn::open(
-                    app.clone(),
-                    traffic.clone(),
-                    self.config.max_connections_per_run,
-                    limits,
-                    audit.clone(),
-                    listed.join(","),
-                )
+            let max = self.config.max_connections_per_run;
+            Conn::open(app.clone(), traffic, max, limits, audit.clone(), addresses)
                 .ok_or("the run has its most connections open")
-            },
-            Err,
-        );
+        };
         let conn = match conn {
             Ok(conn) => conn,
             Err(why) => {
-                audit.event = events::EGRESS_DENIED;
-                audit.decision = "deny";
-                audit.reason = Some("limit".into());
-                let refusal = Refusal::new(Code::LimitReached, why);
-                return Err(self.refuse(run, audit, refusal, "limit", false).await);
+                let denial = Denial {
+                    reason: "limit".into(),
+                    detail: None,
+                    metric: "limit",
+                    end_run: false,
+                };
+                self.refuse(run, audit, denial).await;
+                return Err(Refusal::new(Code::LimitReached, why));
             }
         };
 
@@ -224,18 +231,23 @@ impl Gateway {
         })
     }
 
-    /// Records a refusal (rate-charged and audited like a refused capability)
-    /// and, when `end_run`, ends the run and cuts its other connections.
-    async fn refuse(
-        &self,
-        run: &Arc<RunRecord>,
-        audit: AuditEvent,
-        refusal: Refusal,
-        reason: &'static str,
-        end_run: bool,
-    ) -> Refusal {
+    /// `net:HOST:PORT` as policy and the audit name `dest`.
+    pub(super) fn resource(&self, dest: &Destination) -> String {
+        format!("{}:{}", self.config.backend, dest.path())
+    }
+
+    /// Records a refusal of what `audit` describes (rate-charged and audited
+    /// as `egress.denied`, like a refused capability) and, when the denial
+    /// says so, ends the run and cuts its other connections.
+    pub(super) async fn refuse(&self, run: &RunRecord, mut audit: AuditEvent, denial: Denial) {
         let app = &self.app;
-        app.metrics.egress("deny", reason);
+        app.metrics.egress("deny", denial.metric);
+        audit.event = events::EGRESS_DENIED;
+        audit.decision = "deny";
+        audit.reason = Some(denial.reason);
+        if denial.detail.is_some() {
+            audit.detail = denial.detail;
+        }
         let destination = audit.resource.clone().unwrap_or_default();
         let op = IssueCapability {
             record: None,
@@ -246,10 +258,9 @@ impl Gateway {
         if let Err(e) = &recorded {
             tracing::error!(error = %e, "cannot record an egress refusal");
         }
-        if end_run {
+        if denial.end_run {
             self.end_run(run, &destination).await;
         }
-        refusal
     }
 
     /// Ends `run` because it tried `destination`: everything it holds is

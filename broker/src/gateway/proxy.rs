@@ -10,15 +10,13 @@
 //! host on the same address would reach a destination policy never saw).
 
 use super::body::{Direction, ProxyBody};
-use super::decide::Allowed;
+use super::decide::{audit_for, Allowed, Denial};
 use super::refusal::{Code, Refusal};
 use super::sni::{read_client_hello, HelloError};
 use super::traffic::Cut;
 use super::Gateway;
-use crate::audit::{events, AuditEvent};
 use crate::backends::net::grammar::{normalise, Destination, Host};
 use crate::store::runs::RunRecord;
-use crate::store::writer::AppendAudit;
 use base64::Engine as _;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
@@ -364,7 +362,7 @@ async fn forward(
 
 impl Gateway {
     /// A tunnel whose first flight is refused (`not_tls`, `no_client_hello`,
-    /// `sni_mismatch`): audited as `egress.denied`; nothing was connected.
+    /// `sni_mismatch`): nothing was connected.
     async fn refuse_tunnel(
         &self,
         run: &RunRecord,
@@ -372,21 +370,13 @@ impl Gateway {
         why: &str,
         sni: Option<&str>,
     ) {
-        self.app.metrics.egress("deny", "sni");
-        let mut ev = AuditEvent::new(events::EGRESS_DENIED, format!("run:{}", run.id), "deny");
-        ev.run_id = Some(run.id.clone());
-        ev.user = Some(run.user.clone());
-        ev.task_id = Some(run.task_id.clone());
-        ev.action = Some("connect".into());
-        ev.resource = Some(format!("{}:{}", self.config.backend, dest.path()));
-        ev.reason = Some(why.to_owned());
-        ev.detail = sni.map(|s| format!("sni={}", s.chars().take(253).collect::<String>()));
-        if let Err(e) = self.app.store.writer().submit(AppendAudit(ev)).await {
-            tracing::error!(error = %e, "cannot audit a refused tunnel");
-        }
-        if self.config.end_run_on_deny && why == "sni_mismatch" {
-            let resource = format!("{}:{}", self.config.backend, dest.path());
-            self.end_run(run, &resource).await;
-        }
+        let denial = Denial {
+            reason: why.to_owned(),
+            detail: sni.map(|s| format!("sni={}", s.chars().take(253).collect::<String>())),
+            metric: "sni",
+            end_run: self.config.end_run_on_deny && why == "sni_mismatch",
+        };
+        self.refuse(run, audit_for(run, &self.resource(dest)), denial)
+            .await;
     }
 }

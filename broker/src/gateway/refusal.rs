@@ -72,21 +72,16 @@ impl Refusal {
         }
     }
 
-    /// The JSON body, in the broker's error shape.
+    /// The JSON body: the broker's error body (`ErrorBody`), with a request id
+    /// of its own that the gateway's log line names too.
     pub fn body(&self) -> String {
-        #[derive(serde::Serialize)]
-        struct Detail<'a> {
-            code: &'a str,
-            message: &'a str,
-        }
-        #[derive(serde::Serialize)]
-        struct Body<'a> {
-            error: Detail<'a>,
-        }
-        serde_json::to_string(&Body {
-            error: Detail {
-                code: self.code.as_str(),
-                message: &self.message,
+        let request_id = crate::ids::new_request_id();
+        tracing::debug!(request_id, code = self.code.as_str(), "egress refusal");
+        serde_json::to_string(&tessera_client::types::ErrorBody {
+            error: tessera_client::types::ErrorDetail {
+                code: self.code.as_str().to_owned(),
+                message: self.message.clone(),
+                request_id,
             },
         })
         .unwrap_or_default()

@@ -321,6 +321,9 @@ async fn a_destination_outside_policy_is_403_and_audited() {
             (403, "destination_denied"),
             "{target}"
         );
+        crate::support::app::wire::<tessera_client::types::ErrorBody>(
+            &serde_json::from_str(&body).unwrap(),
+        );
         assert!(
             !body.contains("egress-"),
             "the sandbox never learns which policy said no"
