@@ -5,6 +5,7 @@
 //! loaded and validated, backends constructed. Tests build it the same way, with a
 //! fresh database, so they exercise exactly what production runs.
 
+use crate::backends::http::HttpBackend;
 use crate::backends::mysql::MysqlBackend;
 use crate::backends::net::NetBackend;
 use crate::backends::postgres::PostgresBackend;
@@ -57,6 +58,8 @@ pub struct App {
     /// The highest audit row this process has checkpointed.
     pub last_checkpoint: std::sync::atomic::AtomicI64,
     witness: std::sync::OnceLock<Option<reqwest::Client>>,
+    /// Credential injection's per-run CAs and placeholders (`gateway::inject`).
+    pub injection: crate::gateway::inject::Sessions,
 }
 
 impl App {
@@ -105,10 +108,13 @@ impl App {
                     Arc::new(MysqlBackend::new(db).with_context(|| format!("backend {name}"))?)
                 }
                 BackendConfig::Net(_) => Arc::new(NetBackend),
+                BackendConfig::Http(_) => Arc::new(HttpBackend),
             };
             backends.insert(name.clone(), backend);
         }
+        let injection = crate::gateway::inject::Sessions::new(&config);
         Ok(Arc::new(App {
+            injection,
             config,
             store,
             kek,

@@ -86,7 +86,8 @@ pub async fn serve(
             .await
             .with_context(|| format!("gateway.listen: cannot bind {}", gw_config.listen))?;
         let gateway = crate::gateway::Gateway::new(app.clone(), gw_config)
-            .context("gateway: the DNS resolver")?;
+            .await
+            .context("gateway")?;
         tokio::spawn(gateway.serve(gw_listener));
     }
     let router = crate::api::router(app.clone());

@@ -12,7 +12,7 @@
 use crate::backends::database::{self, DbKind};
 use crate::backends::grammar::Invalid;
 use crate::backends::settings::BackendConfig;
-use crate::backends::{aws, net, token};
+use crate::backends::{aws, http, net, token};
 use std::collections::BTreeMap;
 use tessera_client::types::ErrorCode;
 
@@ -83,6 +83,7 @@ pub fn wildcards(kind: &str) -> &'static [char] {
         "aws-sts" => aws::grammar::WILDCARDS,
         "postgres" | "mysql" => database::WILDCARDS,
         "net" => net::grammar::WILDCARDS,
+        "http" => http::grammar::WILDCARDS,
         _ => token::grammar::WILDCARDS,
     }
 }
@@ -102,6 +103,7 @@ pub fn inclusion_grants(kind: &str) -> bool {
         "aws-sts" => aws::grammar::INCLUSION_GRANTS,
         "postgres" | "mysql" => database::INCLUSION_GRANTS,
         "net" => net::grammar::INCLUSION_GRANTS,
+        "http" => http::grammar::INCLUSION_GRANTS,
         _ => token::grammar::INCLUSION_GRANTS,
     }
 }
@@ -131,6 +133,7 @@ pub fn parse<'a>(
         BackendConfig::Postgres(db) => database::check_resource(DbKind::Postgres, db, path, action),
         BackendConfig::Mysql(db) => database::check_resource(DbKind::Mysql, db, path, action),
         BackendConfig::Net(n) => net::grammar::check_resource(path, action, n.actions.as_deref()),
+        BackendConfig::Http(h) => http::grammar::check_resource(path, action, h.actions.as_deref()),
     }?;
     Ok(Resource {
         backend,

@@ -15,7 +15,7 @@ use crate::credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchan
 use crate::error::Error;
 use crate::types::{
     Approval, ApprovalPending, ApprovalStatus, CapabilityRequest, CapabilityResponse, ErrorBody,
-    ExchangeRequest, ExchangeResponse, RenewHoldsRequest, RenewHoldsResponse,
+    ExchangeRequest, ExchangeResponse, GatewaySession, RenewHoldsRequest, RenewHoldsResponse,
     RevokeCapabilityResponse,
 };
 use secrecy::{ExposeSecret, SecretString};
@@ -706,6 +706,13 @@ impl Client {
                 request_id: None,
             }),
         }
+    }
+
+    /// This run's credential-injection session at the egress gateway: the
+    /// run's CA and its placeholders (`tessera exec --egress` uses it).
+    pub async fn gateway_session(&self) -> Result<GatewaySession, Error> {
+        self.send::<(), _>("/v1/gateway/session", None, Bearer::Run)
+            .await
     }
 
     /// Exchanges a capability for the downstream credential (one use).

@@ -1203,3 +1203,32 @@ mod tests {
         );
     }
 }
+
+/// `POST /v1/gateway/session` response: what a run's tool needs to call the
+/// APIs of credential-injection rules through the egress gateway.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GatewaySession {
+    /// The run's CA (PEM). Trusted by the tool, it lets the gateway terminate
+    /// TLS for the injection rules' hosts, and only those (name constraints).
+    pub ca_pem: String,
+    /// When the CA stops being valid: the run's expiry (RFC 3339).
+    pub expires_at: String,
+    /// The DNS subtrees the CA may issue for.
+    pub hosts: Vec<String>,
+    /// Placeholders to put where an SDK insists on a key: worthless outside
+    /// this gateway and this run.
+    pub placeholders: Vec<GatewayPlaceholder>,
+}
+
+/// One placeholder: the rule it is for and the variable that carries it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GatewayPlaceholder {
+    /// The `http` backend (injection rule).
+    pub backend: String,
+    /// The environment variable `tessera exec --egress` sets to `value`.
+    pub env: String,
+    /// `tsr_ph_…`.
+    pub value: String,
+}

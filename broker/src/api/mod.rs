@@ -6,6 +6,7 @@
 //! | [`capabilities`] | `POST /v1/capabilities`, `POST /v1/capabilities/renew`, `POST /v1/capabilities/{id}/revoke` |
 //! | [`exchange`] | `POST /v1/exchange` |
 //! | [`introspect`] | `POST /v1/introspect` |
+//! | [`gateway`] | `POST /v1/gateway/session` (the run's CA and placeholders) |
 //! | [`admin`] | `/v1/admin/runtimes…`, `/v1/admin/keys…`, `/v1/admin/leases` |
 //! | [`audit`] | `/v1/admin/audit`, `/v1/admin/audit/verify` |
 //! | [`policy`] | `/v1/admin/policy/reload` |
@@ -28,6 +29,7 @@ pub mod discovery;
 pub mod edge;
 pub mod exchange;
 pub mod extract;
+pub mod gateway;
 pub mod health;
 pub mod introspect;
 pub mod middleware;
@@ -69,6 +71,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(approvers::list_approvers))
         .routes(routes!(approvers::revoke_approver))
         .routes(routes!(exchange::exchange))
+        .routes(routes!(gateway::session))
         .routes(routes!(introspect::introspect))
         .routes(routes!(discovery::jwks))
         .routes(routes!(admin::create_runtime))

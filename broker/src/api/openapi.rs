@@ -119,6 +119,7 @@ pub struct RuntimeNamePath {
         (name = "runs"), (name = "capabilities"), (name = "exchange"), (name = "introspection"),
         (name = "keys"), (name = "admin"), (name = "runtimes"), (name = "leases"),
         (name = "policy"), (name = "audit"), (name = "operations"), (name = "approvals"),
+        (name = "gateway"),
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCode)),
     modifiers(&Credentials),

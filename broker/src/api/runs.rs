@@ -303,6 +303,9 @@ pub async fn end(
         })
         .await?
         .ok_or_else(|| ApiError::not_found("run"))?;
+    // Its CA and placeholders die with it, here at once (the gateway also
+    // drops them within a second of an end on another replica).
+    app.injection.forget(&id);
     app.revocation_wakeup.notify_one();
     Ok(Json(EndRunResponse {
         run_id: id,

@@ -40,6 +40,11 @@ pub const EGRESS_ALLOWED: &str = "egress.allowed";
 pub const EGRESS_DENIED: &str = "egress.denied";
 /// An egress connection closed: bytes each way, duration, why.
 pub const EGRESS_CLOSED: &str = "egress.closed";
+/// An injected request decided and sent: method, `BACKEND:/path`, host, rule
+/// (the query redacted unless the rule logs it); never the credential.
+pub const EGRESS_REQUEST: &str = "egress.request";
+/// An injected request's exchange done: status, bytes each way, duration.
+pub const EGRESS_RESPONSE: &str = "egress.response";
 
 /// Every event, for documentation checks and filters.
 pub const ALL: &[&str] = &[
@@ -73,6 +78,8 @@ pub const ALL: &[&str] = &[
     EGRESS_ALLOWED,
     EGRESS_DENIED,
     EGRESS_CLOSED,
+    EGRESS_REQUEST,
+    EGRESS_RESPONSE,
 ];
 
 #[cfg(test)]

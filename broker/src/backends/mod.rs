@@ -14,6 +14,7 @@
 pub mod aws;
 pub mod database;
 pub mod grammar;
+pub mod http;
 pub mod mysql;
 pub mod net;
 pub mod postgres;

@@ -10,6 +10,7 @@
 use super::aws::settings::{self as aws, AwsStsConfig};
 use super::database::settings::{self as database, DatabaseBackendConfig};
 use super::database::DbKind;
+use super::http::settings::{self as http, HttpConfig};
 use super::net::settings::{self as net, NetConfig};
 use super::token::settings as token;
 use crate::settings::{err, ConfigError, EnvLookup, RawTable};
@@ -27,6 +28,8 @@ pub enum BackendConfig {
     Mysql(DatabaseBackendConfig),
     /// Network destinations the egress gateway decides per connection (`backends::net`).
     Net(NetConfig),
+    /// A downstream HTTP API the gateway calls with an injected credential (`backends::http`).
+    Http(HttpConfig),
 }
 
 impl BackendConfig {
@@ -37,6 +40,7 @@ impl BackendConfig {
             BackendConfig::Postgres(_) => "postgres",
             BackendConfig::Mysql(_) => "mysql",
             BackendConfig::Net(_) => "net",
+            BackendConfig::Http(_) => "http",
         }
     }
 
@@ -52,6 +56,7 @@ impl BackendConfig {
             "token" => Some(BackendConfig::Token(token::TokenConfig::unconfigured())),
             "aws-sts" => Some(BackendConfig::AwsSts(AwsStsConfig::unconfigured())),
             "net" => Some(BackendConfig::Net(NetConfig::default())),
+            "http" => Some(BackendConfig::Http(HttpConfig::unconfigured())),
             _ => None,
         }
     }
@@ -73,6 +78,7 @@ impl BackendConfig {
             "token" => Ok(BackendConfig::Token(token::resolve(setting, table)?)),
             "aws-sts" => Ok(BackendConfig::AwsSts(aws::resolve(setting, table)?)),
             "net" => Ok(BackendConfig::Net(net::resolve(setting, table)?)),
+            "http" => Ok(BackendConfig::Http(http::resolve(setting, table)?)),
             "postgres" => Ok(BackendConfig::Postgres(database::resolve(
                 setting,
                 table,
@@ -87,7 +93,7 @@ impl BackendConfig {
             )?)),
             other => Err(err(
                 &format!("{setting}.kind"),
-                format!("unknown kind {other:?} (supported: token, postgres, mysql, aws-sts, net)"),
+                format!("unknown kind {other:?} (supported: token, postgres, mysql, aws-sts, net, http)"),
             )),
         }
     }
@@ -100,8 +106,12 @@ impl BackendConfig {
         setting: &str,
         env: EnvLookup<'_>,
     ) -> Result<(), ConfigError> {
-        if let BackendConfig::AwsSts(aws) = self {
-            aws.credentials = aws::resolve_credentials(setting, &aws.credentials, env)?;
+        match self {
+            BackendConfig::AwsSts(aws) => {
+                aws.credentials = aws::resolve_credentials(setting, &aws.credentials, env)?;
+            }
+            BackendConfig::Http(h) => http::resolve_credentials(setting, h, env)?,
+            _ => {}
         }
         Ok(())
     }
@@ -111,7 +121,10 @@ impl BackendConfig {
     pub fn pool_size(&self) -> u32 {
         match self {
             BackendConfig::Postgres(db) | BackendConfig::Mysql(db) => db.max_connections,
-            BackendConfig::Token(_) | BackendConfig::AwsSts(_) | BackendConfig::Net(_) => 0,
+            BackendConfig::Token(_)
+            | BackendConfig::AwsSts(_)
+            | BackendConfig::Net(_)
+            | BackendConfig::Http(_) => 0,
         }
     }
 }

@@ -24,6 +24,7 @@ mod policy;
 mod remote;
 mod sandbox;
 mod serve;
+mod trust;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;

@@ -389,6 +389,22 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     if let Some(e) = &egress {
         env.extend(e.environment());
     }
+    // With credential injection, the run's CA and placeholders (none: the
+    // broker injects nothing, and the command trusts what it trusted).
+    let trust = match &egress {
+        Some(_) => match client.gateway_session().await {
+            Ok(session) => match super::trust::install(&session, &mut env) {
+                Ok(t) => Some(t),
+                Err(e) => return not_started(&client, &held, EXIT_TESSERA, &e).await,
+            },
+            Err(e) if e.code() == Some("not_found") => None,
+            Err(e) => {
+                let why = format!("--egress: the run's gateway session: {e}");
+                return not_started(&client, &held, EXIT_TESSERA, &why).await;
+            }
+        },
+        None => None,
+    };
     let code = run_child(
         &args.command,
         &env,
@@ -400,6 +416,7 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     )
     .await;
     drop(egress);
+    drop(trust);
     drop(holder);
     if revoke_all(&client, &held).await {
         ExitCode::from(code)

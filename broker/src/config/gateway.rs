@@ -20,6 +20,8 @@ pub(super) struct RawGateway {
     max_bytes_down_per_run: Option<u64>,
     max_connection_duration: Option<String>,
     connect_timeout: Option<String>,
+    upstream_roots: Option<std::path::PathBuf>,
+    end_run_on_placeholder_misuse: Option<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -46,6 +48,11 @@ pub struct GatewayConfig {
     /// How long the gateway waits for an upstream to accept, and for a
     /// `CONNECT` client's TLS ClientHello.
     pub connect_timeout: Duration,
+    /// The CAs injected requests' APIs are verified against (a PEM bundle);
+    /// `None`: the system's trust store.
+    pub upstream_roots: Option<std::path::PathBuf>,
+    /// End the run when one of its placeholders is sent anywhere but its API.
+    pub end_run_on_placeholder_misuse: bool,
 }
 
 pub(super) fn resolve(
@@ -128,5 +135,7 @@ pub(super) fn resolve(
         max_bytes_down_per_run: raw.max_bytes_down_per_run.unwrap_or(4 << 30).max(1),
         max_connection_duration,
         connect_timeout,
+        upstream_roots: raw.upstream_roots,
+        end_run_on_placeholder_misuse: raw.end_run_on_placeholder_misuse.unwrap_or(false),
     }))
 }

@@ -401,6 +401,7 @@ impl Config {
                 backends.insert(name, b);
             }
         }
+        p.take(crate::backends::http::settings::check_references(&backends));
         let gateway = p
             .take(gateway::resolve(raw.gateway.unwrap_or_default(), &backends))
             .flatten();

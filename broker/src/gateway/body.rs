@@ -3,6 +3,7 @@
 //! connection's record, so the `egress.closed` row is written when the last body
 //! of the exchange is done.
 
+use super::inject::intercept::Tally;
 use super::traffic::{Conn, Cut};
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use std::pin::Pin;
@@ -27,6 +28,8 @@ pub enum ProxyBody {
         conn: Arc<Conn>,
         direction: Direction,
         deadline: Instant,
+        /// An injected exchange's account (`inject::intercept`).
+        tally: Option<Arc<Tally>>,
     },
 }
 
@@ -55,6 +58,7 @@ impl Body for ProxyBody {
                 conn,
                 direction,
                 deadline,
+                tally,
             } => {
                 if Instant::now() >= *deadline {
                     conn.cut(Cut::DurationLimit);
@@ -63,6 +67,9 @@ impl Body for ProxyBody {
                 match Pin::new(inner).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
                         if let Some(data) = frame.data_ref() {
+                            if let Some(t) = tally {
+                                t.add(*direction, data.len());
+                            }
                             let ok = match direction {
                                 Direction::Up => conn.add_up(data.len()),
                                 Direction::Down => conn.add_down(data.len()),

@@ -37,7 +37,7 @@ pub struct Allowed {
 
 /// What a refusal records: the audit row's reason and detail, the metric's
 /// reason, and whether it ends the run.
-pub(super) struct Denial {
+pub(crate) struct Denial {
     pub reason: String,
     pub detail: Option<String>,
     pub metric: &'static str,
@@ -46,7 +46,7 @@ pub(super) struct Denial {
 
 /// The `egress.allowed` row of `run`'s connection to `resource`; a refusal
 /// turns it into `egress.denied`.
-pub(super) fn audit_for(run: &RunRecord, resource: &str) -> AuditEvent {
+pub(crate) fn audit_for(run: &RunRecord, resource: &str) -> AuditEvent {
     let mut ev = AuditEvent::new(events::EGRESS_ALLOWED, format!("run:{}", run.id), "allow");
     ev.run_id = Some(run.id.clone());
     ev.user = Some(run.user.clone());
@@ -239,7 +239,7 @@ impl Gateway {
     /// Records a refusal of what `audit` describes (rate-charged and audited
     /// as `egress.denied`, like a refused capability) and, when the denial
     /// says so, ends the run and cuts its other connections.
-    pub(super) async fn refuse(&self, run: &RunRecord, mut audit: AuditEvent, denial: Denial) {
+    pub(crate) async fn refuse(&self, run: &RunRecord, mut audit: AuditEvent, denial: Denial) {
         let app = &self.app;
         app.metrics.egress("deny", denial.metric);
         audit.event = events::EGRESS_DENIED;
@@ -286,6 +286,7 @@ impl Gateway {
                 tracing::error!(error = %e, run = %run.id, "cannot end the run after an egress refusal")
             }
         }
+        self.app.injection.forget(&run.id);
         if let Some(t) = self.traffic.get(&run.id) {
             t.cut_all();
         }

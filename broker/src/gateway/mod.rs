@@ -20,6 +20,7 @@ pub mod addresses;
 pub mod body;
 pub mod decide;
 pub mod dns;
+pub mod inject;
 pub mod proxy;
 pub mod refusal;
 pub mod relay;
@@ -39,16 +40,45 @@ pub struct Gateway {
     pub config: GatewayConfig,
     pub resolver: dns::Resolver,
     pub traffic: traffic::Traffic,
+    /// The TLS client of injected requests (verifies the real API).
+    pub upstream_tls: Arc<rustls::ClientConfig>,
+    /// The `aws-sts` backends SigV4 rules sign with, by name.
+    pub aws: std::collections::BTreeMap<String, Arc<crate::backends::aws::AwsStsBackend>>,
 }
 
 impl Gateway {
-    pub fn new(app: AppState, config: GatewayConfig) -> anyhow::Result<Arc<Gateway>> {
+    pub async fn new(app: AppState, config: GatewayConfig) -> anyhow::Result<Arc<Gateway>> {
+        use anyhow::Context as _;
         let resolver = dns::Resolver::new(&config.nameservers, config.connect_timeout)?;
+        let mut aws = std::collections::BTreeMap::new();
+        for (_, rule) in &app.injection.rules {
+            if let crate::backends::http::Auth::SigV4 { backend, .. } = &rule.auth {
+                if let Some(crate::config::BackendConfig::AwsSts(cfg)) =
+                    app.config.backends.get(backend)
+                {
+                    let sts =
+                        crate::backends::aws::AwsStsBackend::new(cfg.clone(), app.clock.clone())
+                            .await
+                            .with_context(|| format!("backends.{backend}: AWS credentials"))?;
+                    aws.insert(backend.clone(), Arc::new(sts));
+                }
+            }
+        }
+        let upstream_tls = if app.injection.enabled() {
+            inject::upstream::client_config(config.upstream_roots.as_deref())
+                .map_err(anyhow::Error::msg)?
+        } else {
+            // Never used without a rule; an empty trust store verifies nothing.
+            inject::upstream::client_config(config.upstream_roots.as_deref())
+                .unwrap_or_else(|_| empty_client_config())
+        };
         Ok(Arc::new(Gateway {
             app,
             config,
             resolver,
             traffic: traffic::Traffic::default(),
+            upstream_tls,
+            aws,
         }))
     }
 
@@ -63,6 +93,18 @@ impl Gateway {
                 _ = stopping.wait_for(|s| *s) => return,
             }
             let now = self.app.clock.now();
+            for run_id in self.app.injection.run_ids() {
+                let ended = match crate::store::runs::ended_at(&self.app.store, &run_id).await {
+                    Ok(Some(Some(_))) | Ok(None) => true,
+                    _ => self
+                        .traffic
+                        .get(&run_id)
+                        .is_some_and(|t| t.expires_at() <= now),
+                };
+                if ended {
+                    self.app.injection.forget(&run_id);
+                }
+            }
             for (run_id, traffic) in self.traffic.open_runs() {
                 let ended = traffic.expires_at() <= now
                     || matches!(
@@ -116,5 +158,20 @@ impl Gateway {
                 let _ = conn.await;
             });
         }
+    }
+}
+
+/// A TLS client that trusts nothing (no injection rule is configured).
+fn empty_client_config() -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| {
+            b.with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        });
+    match config {
+        Ok(c) => Arc::new(c),
+        Err(_) => unreachable!("ring supports the default protocol versions"),
     }
 }

@@ -11,6 +11,7 @@
 
 use super::body::{Direction, ProxyBody};
 use super::decide::{audit_for, Allowed, Denial};
+use super::inject::sessions::placeholders_in;
 use super::refusal::{Code, Refusal};
 use super::sni::{read_client_hello, HelloError};
 use super::traffic::Cut;
@@ -157,11 +158,24 @@ async fn tunnel(
 ) -> Result<Response<ProxyBody>, Refusal> {
     let allowed = gw.decide(&run, &dest).await?;
     let held = slot.lock().ok().and_then(|mut s| s.take());
+    let rule = match &dest.host {
+        Host::Name(name) => gw
+            .app
+            .injection
+            .rule_for(name, dest.port)
+            .map(|(n, _)| n.clone()),
+        Host::Ip(_) => None,
+    };
     tokio::spawn(async move {
         let _held = held; // the connection's slot, for the tunnel's life
         let Ok(upgraded) = hyper::upgrade::on(req).await else {
             return;
         };
+        if let Some(rule) = rule {
+            // A host with an injection rule: the gateway is the tool's TLS server.
+            super::inject::intercept::intercept(gw, run, dest, rule, allowed, upgraded).await;
+            return;
+        }
         let mut client = TokioIo::new(upgraded);
         let timeout = gw.config.connect_timeout;
         let mut ended = allowed.conn.run().cut_signal();
@@ -267,6 +281,29 @@ async fn forward(
             ));
         }
     }
+    // A placeholder is only ever worth something inside an intercepted
+    // connection to its own API (HTTPS): here, in clear, it is refused.
+    let uri = parts.uri.to_string();
+    let carries_placeholder = placeholders_in(&uri).next().is_some()
+        || parts
+            .headers
+            .values()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| placeholders_in(v).next().is_some());
+    if carries_placeholder {
+        let denial = Denial {
+            reason: "placeholder_misuse".into(),
+            detail: None,
+            metric: "placeholder",
+            end_run: gw.config.end_run_on_placeholder_misuse,
+        };
+        gw.refuse(&run, audit_for(&run, &gw.resource(&dest)), denial)
+            .await;
+        return Err(Refusal::new(
+            Code::PlaceholderRefused,
+            "a placeholder is worth nothing here: only its own API, over HTTPS through this gateway, takes it",
+        ));
+    }
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(
         header::HOST,
@@ -328,6 +365,7 @@ async fn forward(
             conn: conn.clone(),
             direction: Direction::Up,
             deadline,
+            tally: None,
         },
     );
     let resp = tokio::time::timeout_at(deadline, sender.send_request(upstream_req))
@@ -356,6 +394,7 @@ async fn forward(
             conn,
             direction: Direction::Down,
             deadline,
+            tally: None,
         },
     ))
 }
@@ -363,7 +402,7 @@ async fn forward(
 impl Gateway {
     /// A tunnel whose first flight is refused (`not_tls`, `no_client_hello`,
     /// `sni_mismatch`): nothing was connected.
-    async fn refuse_tunnel(
+    pub(super) async fn refuse_tunnel(
         &self,
         run: &RunRecord,
         dest: &Destination,

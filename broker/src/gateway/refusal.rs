@@ -26,6 +26,10 @@ pub enum Code {
     LimitReached,
     /// 503: the store cannot record the decision (nothing is connected unrecorded).
     StoreUnavailable,
+    /// 403: an injected request that its rule does not cover, or policy does not permit.
+    RequestDenied,
+    /// 403: a placeholder sent where it is not its rule's API or not its run's.
+    PlaceholderRefused,
 }
 
 impl Code {
@@ -40,15 +44,19 @@ impl Code {
             Code::UpstreamUnavailable => "upstream_unavailable",
             Code::LimitReached => "limit_reached",
             Code::StoreUnavailable => "store_unavailable",
+            Code::RequestDenied => "request_denied",
+            Code::PlaceholderRefused => "placeholder_refused",
         }
     }
 
     pub fn status(self) -> StatusCode {
         match self {
             Code::ProxyAuthRequired => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-            Code::RunEnded | Code::DestinationDenied | Code::AddressRefused => {
-                StatusCode::FORBIDDEN
-            }
+            Code::RunEnded
+            | Code::DestinationDenied
+            | Code::AddressRefused
+            | Code::RequestDenied
+            | Code::PlaceholderRefused => StatusCode::FORBIDDEN,
             Code::InvalidDestination => StatusCode::BAD_REQUEST,
             Code::Unresolvable | Code::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             Code::LimitReached => StatusCode::TOO_MANY_REQUESTS,

@@ -85,7 +85,7 @@ async fn env_with(db: Option<DbBackends>, tweak: impl FnOnce(&mut GatewayConfig)
     tweak(&mut gw_config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let gateway = listener.local_addr().unwrap();
-    let gw = Gateway::new(app.state.clone(), gw_config).unwrap();
+    let gw = Gateway::new(app.state.clone(), gw_config).await.unwrap();
     tokio::spawn(gw.serve(listener));
     let ca = TestCa::new();
     let dir = tempdir::Dir::new();

@@ -22,6 +22,7 @@ mod edge;
 mod exchange;
 mod gateway;
 mod holds;
+mod inject;
 mod inputs;
 mod keys;
 mod policy_reload;

@@ -66,6 +66,84 @@ impl AwsStsBackend {
         })
     }
 
+    /// The region the backend's role is used in.
+    pub fn region(&self) -> &str {
+        &self.cfg.region
+    }
+
+    /// Credentials the egress gateway signs a run's requests with (SigV4
+    /// injection, `gateway::inject`): the role, for the run's user, run and
+    /// task (session tags and SourceIdentity, as for an exchange), dead at the
+    /// run's expiry (`DateLessThan`). They never leave the gateway; each
+    /// request they sign has been decided by policy first.
+    pub async fn gateway_session(
+        &self,
+        user: &str,
+        run: &str,
+        task: &str,
+        run_expires_at: i64,
+    ) -> Result<(aws_credential_types::Credentials, i64), BackendError> {
+        let now = self.clock.now();
+        if !grammar::is_sts_name(user) {
+            return Err(BackendError::Unsupported {
+                code: ErrorCode::UserNotAwsCompatible,
+                message: "the user name cannot be an AWS SourceIdentity".to_owned(),
+            });
+        }
+        let session_name = format!("tsr-{run}-gw");
+        if !grammar::is_sts_name(&session_name) {
+            return Err(BackendError::Unsupported {
+                code: ErrorCode::RunNotAwsCompatible,
+                message: "the run id cannot be carried in an AWS session name".to_owned(),
+            });
+        }
+        let policy = session_policy::build("*", "*", run_expires_at).map_err(|e| {
+            BackendError::Unsupported {
+                code: ErrorCode::SessionPolicyTooLarge,
+                message: e.to_string(),
+            }
+        })?;
+        let max = self.cfg.max_session_duration.as_secs() as i64;
+        let duration = (run_expires_at - now).clamp(MIN_SESSION_SECS, max);
+        let tags = [
+            ("tessera:user", user),
+            ("tessera:run", run),
+            ("tessera:task", task),
+        ]
+        .into_iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| BackendError::Unavailable(format!("building session tags: {e}")))?;
+        let out = self
+            .clients
+            .sts
+            .assume_role()
+            .role_arn(&self.cfg.role_arn)
+            .role_session_name(&session_name)
+            .policy(policy)
+            .duration_seconds(i32::try_from(duration).unwrap_or(MIN_SESSION_SECS as i32))
+            .set_external_id(self.cfg.external_id.clone())
+            .source_identity(user)
+            .set_tags(Some(tags))
+            .send()
+            .await
+            .map_err(|e| classify("AssumeRole", &e))?;
+        let creds = out.credentials().ok_or_else(|| {
+            BackendError::Unavailable("AssumeRole returned no credentials".into())
+        })?;
+        let expires_at = creds.expiration().secs().min(run_expires_at);
+        Ok((
+            aws_credential_types::Credentials::new(
+                creds.access_key_id(),
+                creds.secret_access_key(),
+                Some(creds.session_token().to_owned()),
+                None,
+                "tessera-gateway",
+            ),
+            expires_at,
+        ))
+    }
+
     async fn assume_role(&self, grant: &Grant<'_>) -> Result<Issued, BackendError> {
         let c = grant.claims;
         // The capability was checked when issued; the configuration may have

@@ -3,7 +3,10 @@
 //! it accepted, so a test can assert that a refused destination saw nothing.
 //!
 //! Paths: `/big` answers 1 MiB, `/slow` sends one byte every 100 ms for 5 s,
-//! anything else `hello from upstream PATH host=HOST`.
+//! `/api/…` describes the request it got without repeating any credential
+//! (`method=… path=… auth_sha256=… headers=…`, the SHA-256 of `Authorization`)
+//! and records it ([`Upstream::seen`]), anything else
+//! `hello from upstream PATH host=HOST`.
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use std::net::SocketAddr;
@@ -16,6 +19,7 @@ use tokio::net::TcpListener;
 pub struct Upstream {
     pub addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
+    seen: Seen,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -27,6 +31,11 @@ impl Upstream {
 
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// The `/api/…` requests received so far, as `METHOD PATH`.
+    pub fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
     }
 
     /// A plain HTTP server.
@@ -44,6 +53,8 @@ impl Upstream {
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
+        let seen: Seen = Arc::default();
+        let record = seen.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
@@ -51,14 +62,15 @@ impl Upstream {
                 };
                 count.fetch_add(1, Ordering::SeqCst);
                 let tls = tls.clone();
+                let record = record.clone();
                 tokio::spawn(async move {
                     match tls {
                         Some(acceptor) => {
                             if let Ok(stream) = acceptor.accept(tcp).await {
-                                serve(stream).await;
+                                serve(stream, &record).await;
                             }
                         }
-                        None => serve(tcp).await,
+                        None => serve(tcp, &record).await,
                     }
                 });
             }
@@ -66,9 +78,40 @@ impl Upstream {
         Upstream {
             addr,
             accepted,
+            seen,
             task,
         }
     }
+}
+
+/// A TLS terminator on loopback for `names` (signed by `ca`) in front of a
+/// plain TCP service at `target`: how a test puts HTTPS before moto.
+pub async fn tls_front(
+    ca: &TestCa,
+    names: &[&str],
+    target: SocketAddr,
+) -> (u16, tokio::task::JoinHandle<()>) {
+    let acceptor = ca.acceptor(names);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut back) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut back).await;
+            });
+        }
+    });
+    (port, task)
 }
 
 impl Drop for Upstream {
@@ -77,8 +120,10 @@ impl Drop for Upstream {
     }
 }
 
+type Seen = Arc<std::sync::Mutex<Vec<String>>>;
+
 /// Answers requests on one connection until it closes.
-async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) {
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, seen: &Seen) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -118,7 +163,40 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) {
             }
         }
         buf.drain(..body_len);
+        let method = head.split(' ').next().unwrap_or_default().to_owned();
         let ok = match path.as_str() {
+            p if p.starts_with("/api/") => {
+                seen.lock().unwrap().push(format!("{method} {p}"));
+                let mut names = Vec::new();
+                let mut auth = "none".to_owned();
+                for line in head.lines().skip(1).filter(|l| !l.is_empty()) {
+                    let Some((k, v)) = line.split_once(':') else {
+                        continue;
+                    };
+                    let k = k.trim().to_ascii_lowercase();
+                    if k == "authorization" {
+                        use sha2::Digest;
+                        auth = tessera_broker::ids::hex(&sha2::Sha256::digest(v.trim().as_bytes()));
+                        // A JWT's claims (not its signature: no credential).
+                        if let Some(claims) = v
+                            .trim()
+                            .strip_prefix("Bearer ey")
+                            .and_then(|t| t.split('.').nth(1))
+                        {
+                            auth.push_str(&format!(" jwt_claims={claims}"));
+                        }
+                    }
+                    names.push(k);
+                }
+                names.sort();
+                let body = format!(
+                    "method={method} path={p} auth_sha256={auth} headers={}",
+                    names.join(",")
+                );
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                s.write_all(head.as_bytes()).await.is_ok()
+                    && s.write_all(body.as_bytes()).await.is_ok()
+            }
             "/big" => {
                 let body = vec![b'x'; 1 << 20];
                 let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());

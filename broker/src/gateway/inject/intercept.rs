@@ -1,0 +1,642 @@
+//! A `CONNECT` to a host with an injection rule: the gateway is the tool's TLS
+//! server (a leaf from the run's CA) and the API's TLS client (verified), and
+//! every request between them is decided on its own.
+//!
+//! Order on a connection: the ClientHello's name must be the host decided; the
+//! upstream is connected and its certificate verified *before* the tool's
+//! handshake completes (no leaf is shown for an API the gateway could not
+//! verify); then HTTP/1.1 requests are served one at a time. Per request: the
+//! target is reduced to its one spelling (`backends::http::grammar`), the
+//! `Host` must be the host decided, placeholders must be this run's for this
+//! rule, the rule must cover the method and path, Cedar must permit the method
+//! on `BACKEND:/path`, the decision is committed to the audit log
+//! (`egress.request`), and only then are the tool's credentials stripped, the
+//! rule's injected and the request sent. `egress.response` records the status
+//! and bytes when the exchange is done.
+
+use super::credential::{self, Outgoing};
+use super::sessions::{placeholders_in, RunSession};
+use crate::api::capabilities::{rate_charge, server_rate};
+use crate::audit::{events, AuditEvent};
+use crate::backends::http::grammar::{normalise_target, Target};
+use crate::backends::http::HttpConfig;
+use crate::backends::net::grammar::{normalise, Destination};
+use crate::gateway::body::{Direction, ProxyBody};
+use crate::gateway::decide::{Allowed, Denial};
+use crate::gateway::refusal::{Code, Refusal};
+use crate::gateway::traffic::{Conn, Cut};
+use crate::gateway::Gateway;
+use crate::policy::{admit, PolicyDecision};
+use crate::store::capabilities::{IssueCapability, IssueOutcome};
+use crate::store::runs::RunRecord;
+use crate::store::writer::AppendAudit;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Largest request body a SigV4 rule signs (it is read whole to be hashed).
+pub const MAX_SIGNED_BODY: usize = 16 << 20;
+
+type Sender = hyper::client::conn::http1::SendRequest<ProxyBody>;
+
+/// One intercepted connection.
+struct Intercepted {
+    gw: Arc<Gateway>,
+    run: Arc<RunRecord>,
+    dest: Destination,
+    host: String,
+    rule_name: String,
+    rule: HttpConfig,
+    session: Arc<RunSession>,
+    conn: Arc<Conn>,
+    addrs: Vec<SocketAddr>,
+    upstream: tokio::sync::Mutex<Option<Sender>>,
+    deadline: Instant,
+}
+
+/// Serves an intercepted tunnel until it closes, is cut or the run ends.
+pub async fn intercept(
+    gw: Arc<Gateway>,
+    run: Arc<RunRecord>,
+    dest: Destination,
+    rule_name: String,
+    allowed: Allowed,
+    client: hyper::upgrade::Upgraded,
+) {
+    let host = dest.host.to_string();
+    let Some((_, rule)) = gw.app.injection.rule_for(&host, dest.port).cloned() else {
+        return;
+    };
+    let timeout = gw.config.connect_timeout;
+    let acceptor = tokio_rustls::LazyConfigAcceptor::new(
+        rustls::server::Acceptor::default(),
+        TokioIo::new(client),
+    );
+    let start = match tokio::time::timeout(timeout, acceptor).await {
+        Ok(Ok(start)) => start,
+        Ok(Err(_)) => {
+            gw.refuse_tunnel(&run, &dest, "not_tls", None).await;
+            return;
+        }
+        Err(_) => {
+            gw.refuse_tunnel(&run, &dest, "no_client_hello", None).await;
+            return;
+        }
+    };
+    let sni = start
+        .client_hello()
+        .server_name()
+        .map(|s| s.to_ascii_lowercase());
+    if sni.as_deref() != Some(host.as_str()) {
+        gw.refuse_tunnel(&run, &dest, "sni_mismatch", sni.as_deref())
+            .await;
+        return;
+    }
+    let now = gw.app.clock.now();
+    let session = match gw.app.injection.open(&run.id, now, run.expires_at) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot make the run's CA");
+            return;
+        }
+    };
+    let Allowed { addrs, conn } = allowed;
+    let conn = Arc::new(conn);
+    let this = Arc::new(Intercepted {
+        gw: gw.clone(),
+        run,
+        dest,
+        host: host.clone(),
+        rule_name,
+        rule,
+        session: session.clone(),
+        conn: conn.clone(),
+        addrs,
+        upstream: tokio::sync::Mutex::new(None),
+        deadline: Instant::now() + gw.config.max_connection_duration,
+    });
+    // The API first: no leaf is shown for a host the gateway cannot verify.
+    match this.connect_upstream().await {
+        Ok(sender) => *this.upstream.lock().await = Some(sender),
+        Err(why) => {
+            tracing::warn!(host = %host, why, "injected destination unavailable");
+            this.gw.app.metrics.egress("deny", "upstream");
+            return;
+        }
+    }
+    let config = match session.ca.server_config(&host, now) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot make a leaf certificate");
+            return;
+        }
+    };
+    let tls = match tokio::time::timeout(timeout, start.into_stream(config)).await {
+        Ok(Ok(tls)) => tls,
+        _ => return, // the tool did not accept the run's CA, or went away
+    };
+    let served = this.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let served = served.clone();
+        async move { Ok::<_, std::convert::Infallible>(served.handle(req).await) }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .serve_connection(TokioIo::new(tls), service);
+    let mut ended = conn.run().cut_signal();
+    tokio::select! {
+        _ = connection => {}
+        _ = tokio::time::sleep_until(this.deadline) => conn.cut(Cut::DurationLimit),
+        _ = ended.wait_for(|cut| *cut) => conn.cut(Cut::RunEnded),
+    }
+}
+
+fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
+    let mut resp = Response::new(ProxyBody::text(r.body()));
+    *resp.status_mut() = r.code.status();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Request headers that belong to the hop between the tool and the gateway.
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "transfer-encoding",
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_transfer_encoding: bool) {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for h in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(named) {
+        if keep_transfer_encoding && h == "transfer-encoding" {
+            continue;
+        }
+        headers.remove(h.as_str());
+    }
+}
+
+impl Intercepted {
+    /// The `Host` the upstream is sent: the name, and the port unless 443.
+    fn authority(&self) -> String {
+        if self.dest.port == 443 {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.dest.port)
+        }
+    }
+
+    async fn connect_upstream(&self) -> Result<Sender, &'static str> {
+        let timeout = self.gw.config.connect_timeout;
+        let mut tcp = None;
+        for addr in &self.addrs {
+            if let Ok(Ok(t)) = tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+                let _ = t.set_nodelay(true);
+                self.conn.connected(*addr);
+                tcp = Some(t);
+                break;
+            }
+        }
+        let tcp = tcp.ok_or("did not accept the connection")?;
+        let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+            .map_err(|_| "not a server name")?;
+        let connector = tokio_rustls::TlsConnector::from(self.gw.upstream_tls.clone());
+        let tls = tokio::time::timeout(timeout, connector.connect(name, tcp))
+            .await
+            .map_err(|_| "TLS handshake timed out")?
+            .map_err(|_| "its certificate did not verify")?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|_| "the HTTP handshake failed")?;
+        tokio::spawn(connection);
+        Ok(sender)
+    }
+
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
+        match self.clone().exchange(req).await {
+            Ok(resp) => resp,
+            Err(r) => refusal_response(&r),
+        }
+    }
+
+    /// The `egress.request` row of `method` on `path`.
+    fn audit(&self, method: &str, target: &Target) -> AuditEvent {
+        let mut ev = AuditEvent::new(
+            events::EGRESS_REQUEST,
+            format!("run:{}", self.run.id),
+            "allow",
+        );
+        ev.run_id = Some(self.run.id.clone());
+        ev.user = Some(self.run.user.clone());
+        ev.task_id = Some(self.run.task_id.clone());
+        ev.action = Some(method.to_owned());
+        ev.resource = Some(format!("{}:{}", self.rule_name, target.decided));
+        let query = match (&target.raw_query, self.rule.log_query) {
+            (None, _) => String::new(),
+            (Some(q), true) => format!(" query={}", q.chars().take(512).collect::<String>()),
+            (Some(_), false) => " query=redacted".to_owned(),
+        };
+        ev.detail = Some(format!(
+            "host={} rule={} auth={}{query}",
+            self.authority(),
+            self.rule_name,
+            self.rule.auth.as_str()
+        ));
+        ev
+    }
+
+    /// Refuses a request: audited as `egress.denied` (rate-charged), the run
+    /// ended when the denial says so.
+    async fn refuse(&self, audit: AuditEvent, denial: Denial, refusal: Refusal) -> Refusal {
+        self.gw.refuse(&self.run, audit, denial).await;
+        refusal
+    }
+
+    async fn exchange(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, Refusal> {
+        let (mut parts, body) = req.into_parts();
+        let method = parts.method.as_str().to_owned();
+        let invalid = |m: &str| Refusal::new(Code::InvalidDestination, m.to_owned());
+        let raw_target = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .ok_or_else(|| invalid("send an origin-form request target (/path)"))?;
+        if parts.uri.authority().is_some() {
+            return Err(invalid("send an origin-form request target (/path)"));
+        }
+        if let Some(h) = parts.headers.get(header::HOST) {
+            let named = h
+                .to_str()
+                .ok()
+                .and_then(|h| h.parse::<hyper::http::uri::Authority>().ok())
+                .and_then(|a| normalise(a.host(), a.port_u16().unwrap_or(443)));
+            if named.as_ref() != Some(&self.dest) {
+                return Err(invalid(
+                    "the Host header must name the host of the connection",
+                ));
+            }
+        }
+        let target =
+            normalise_target(&raw_target, self.rule.case_insensitive_paths).map_err(invalid)?;
+        let audit = self.audit(&method, &target);
+
+        // A placeholder anywhere but with its own run and rule is refused.
+        let mut texts: Vec<&str> = parts
+            .headers
+            .values()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        texts.push(&raw_target);
+        let misused = texts.iter().flat_map(|t| placeholders_in(t)).any(|p| {
+            self.gw.app.injection.placeholder_owner(p)
+                != Some((self.run.id.clone(), self.rule_name.clone()))
+        });
+        if misused {
+            let denial = Denial {
+                reason: "placeholder_misuse".into(),
+                detail: Some(format!("host={} rule={}", self.authority(), self.rule_name)),
+                metric: "placeholder",
+                end_run: self.gw.config.end_run_on_placeholder_misuse,
+            };
+            let r = Refusal::new(
+                Code::PlaceholderRefused,
+                "a placeholder is worth nothing here: it belongs to another API or run",
+            );
+            return Err(self.refuse(audit, denial, r).await);
+        }
+        if !self.rule.covers(&method, &target.decided) {
+            let denial = Denial {
+                reason: "not_covered".into(),
+                detail: None,
+                metric: "not_covered",
+                end_run: false,
+            };
+            let r = Refusal::new(
+                Code::RequestDenied,
+                format!(
+                    "{method} {} is not a request this API's rule covers",
+                    target.decided
+                ),
+            );
+            return Err(self.refuse(audit, denial, r).await);
+        }
+
+        let app = &self.gw.app;
+        let policy = app.policy();
+        let resource = format!("{}:{}", self.rule_name, target.decided);
+        let res = admit::check_capability(&policy, &app.config.backends, &method, &resource)
+            .map_err(|r| invalid(&format!("{}: {}", r.code.as_str(), r.message)))?;
+        let headers: Vec<String> = self
+            .rule
+            .policy_headers
+            .iter()
+            .flat_map(|name| {
+                parts
+                    .headers
+                    .get_all(name.as_str())
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .map(move |v| format!("{name}={v}"))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let arguments = serde_json::json!({ "query": target.query, "headers": headers });
+        let now = app.clock.now();
+        let request = crate::reauthorize::policy_request(
+            &self.run,
+            &method,
+            &res,
+            None,
+            now,
+            Some(&arguments),
+        );
+        let (policies, constraints) = match policy.decide(&request) {
+            PolicyDecision::Deny { rule, policies, .. } => {
+                let denial = Denial {
+                    reason: rule.reason().to_owned(),
+                    detail: Some(format!("policies={}", policies.join(","))),
+                    metric: "policy",
+                    end_run: self.gw.config.end_run_on_deny || policy.ends_run_on_deny(&policies),
+                };
+                let r = Refusal::new(
+                    Code::RequestDenied,
+                    format!("policy does not permit {method} {}", target.decided),
+                );
+                return Err(self.refuse(audit, denial, r).await);
+            }
+            PolicyDecision::Allow {
+                policies,
+                constraints,
+            } => (policies, constraints),
+        };
+        if constraints.approval.is_some() {
+            let denial = Denial {
+                reason: "approval_required".into(),
+                detail: Some(format!("policies={}", policies.join(","))),
+                metric: "policy",
+                end_run: false,
+            };
+            let r = Refusal::new(
+                Code::RequestDenied,
+                "this request needs a human approval, which the gateway cannot wait for: ask for a capability",
+            );
+            return Err(self.refuse(audit, denial, r).await);
+        }
+        let mut audit = audit;
+        audit.detail = Some(format!(
+            "{} policies={}",
+            audit.detail.unwrap_or_default(),
+            policies.join(",")
+        ));
+        let mut rate = vec![server_rate(app, &self.run)];
+        if let Some((r, policy_id)) = &constraints.rate {
+            rate.push(rate_charge(
+                format!("run:{}:policy:{policy_id}", self.run.id),
+                r,
+            ));
+        }
+        let op = IssueCapability {
+            record: None,
+            rate,
+            audit: audit.clone(),
+        };
+        match app.store.writer().record_issuance(op).await {
+            Ok(IssueOutcome::Denied) => {}
+            Ok(IssueOutcome::RunInactive(state)) => {
+                self.conn.run().cut_all();
+                return Err(Refusal::new(
+                    Code::RunEnded,
+                    format!("the run has {}", state.as_str()),
+                ));
+            }
+            Ok(_) => {
+                app.metrics.egress("deny", "rate");
+                return Err(Refusal::new(Code::LimitReached, "the run is over its rate"));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot record an injected request");
+                return Err(Refusal::new(
+                    Code::StoreUnavailable,
+                    "the decision cannot be recorded; nothing was sent",
+                ));
+            }
+        }
+        app.metrics.egress("allow", "request");
+
+        // Decided and recorded: now the request as it will be sent.
+        strip_hop_by_hop(&mut parts.headers, false);
+        credential::strip(&mut parts.headers, &self.rule);
+        let authority = self.authority();
+        parts.headers.insert(
+            header::HOST,
+            HeaderValue::from_str(&authority).map_err(|_| invalid("bad host"))?,
+        );
+        parts.uri = target
+            .forward
+            .parse()
+            .map_err(|_| invalid("bad request target"))?;
+        let url = format!("https://{authority}{}", target.forward);
+        let tally = Arc::new(Tally::new(self.gw.clone(), audit));
+        let signed = matches!(self.rule.auth, crate::backends::http::Auth::SigV4 { .. });
+        let body = if signed {
+            let limited = http_body_util::Limited::new(body, MAX_SIGNED_BODY);
+            let bytes = tokio::time::timeout_at(self.deadline, limited.collect())
+                .await
+                .map_err(|_| Refusal::new(Code::LimitReached, "the request body took too long"))?
+                .map_err(|_| {
+                    Refusal::new(
+                        Code::LimitReached,
+                        format!("a signed request's body is at most {MAX_SIGNED_BODY} bytes"),
+                    )
+                })?
+                .to_bytes();
+            if !self.conn.add_up(bytes.len()) {
+                self.conn.cut(Cut::ByteLimit);
+                return Err(Refusal::new(
+                    Code::LimitReached,
+                    "the run has used its byte allowance",
+                ));
+            }
+            tally.up.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            parts.headers.remove(header::TRANSFER_ENCODING);
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+            let out = Outgoing {
+                method: &method,
+                url: &url,
+                decided_path: &target.decided,
+                body: Some(&bytes),
+            };
+            credential::inject(
+                &self.gw,
+                &self.session,
+                &self.run,
+                &self.rule,
+                out,
+                &mut parts.headers,
+            )
+            .await?;
+            ProxyBody::text(bytes)
+        } else {
+            let out = Outgoing {
+                method: &method,
+                url: &url,
+                decided_path: &target.decided,
+                body: None,
+            };
+            credential::inject(
+                &self.gw,
+                &self.session,
+                &self.run,
+                &self.rule,
+                out,
+                &mut parts.headers,
+            )
+            .await?;
+            ProxyBody::Relayed {
+                inner: body,
+                conn: self.conn.clone(),
+                direction: Direction::Up,
+                deadline: self.deadline,
+                tally: Some(tally.clone()),
+            }
+        };
+        let upstream_req = Request::from_parts(parts, body);
+        let resp = self.send(upstream_req).await?;
+        let (mut parts, body) = resp.into_parts();
+        tally.status.store(parts.status.as_u16(), Ordering::Relaxed);
+        strip_hop_by_hop(&mut parts.headers, true);
+        Ok(Response::from_parts(
+            parts,
+            ProxyBody::Relayed {
+                inner: body,
+                conn: self.conn.clone(),
+                direction: Direction::Down,
+                deadline: self.deadline,
+                tally: Some(tally),
+            },
+        ))
+    }
+
+    /// Sends on the upstream connection, reconnecting (to the addresses
+    /// decided) when the API closed it.
+    async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, Refusal> {
+        let mut held = self.upstream.lock().await;
+        let ready = match held.as_mut() {
+            Some(s) => s.ready().await.is_ok(),
+            None => false,
+        };
+        if !ready {
+            let sender = self.connect_upstream().await.map_err(|why| {
+                Refusal::new(Code::UpstreamUnavailable, format!("{}: {why}", self.host))
+            })?;
+            *held = Some(sender);
+        }
+        let Some(sender) = held.as_mut() else {
+            return Err(Refusal::new(
+                Code::UpstreamUnavailable,
+                "no upstream connection",
+            ));
+        };
+        tokio::time::timeout_at(self.deadline, sender.send_request(req))
+            .await
+            .map_err(|_| {
+                self.conn.cut(Cut::DurationLimit);
+                Refusal::new(
+                    Code::UpstreamUnavailable,
+                    "the connection's longest life ended before the upstream answered",
+                )
+            })?
+            .map_err(|_| Refusal::new(Code::UpstreamUnavailable, "the upstream failed"))
+    }
+}
+
+/// One injected exchange's account: its `egress.response` row (status, bytes,
+/// duration) is written when both bodies are done with it.
+pub struct Tally {
+    gw: Arc<Gateway>,
+    audit: AuditEvent,
+    pub up: AtomicU64,
+    pub down: AtomicU64,
+    status: AtomicU16,
+    started: std::time::Instant,
+}
+
+impl Tally {
+    fn new(gw: Arc<Gateway>, audit: AuditEvent) -> Tally {
+        Tally {
+            gw,
+            audit,
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            status: AtomicU16::new(0),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    pub fn add(&self, direction: Direction, n: usize) {
+        match direction {
+            Direction::Up => self.up.fetch_add(n as u64, Ordering::Relaxed),
+            Direction::Down => self.down.fetch_add(n as u64, Ordering::Relaxed),
+        };
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        let status = self.status.load(Ordering::Relaxed);
+        let mut ev = self.audit.clone();
+        ev.event = events::EGRESS_RESPONSE;
+        ev.decision = "allow";
+        ev.reason = Some(if status == 0 {
+            "no_response".to_owned()
+        } else {
+            status.to_string()
+        });
+        ev.detail = Some(format!(
+            "{} status={status} bytes_up={} bytes_down={} duration_ms={}",
+            self.audit
+                .detail
+                .as_deref()
+                .and_then(|d| d.split(" policies=").next())
+                .unwrap_or_default(),
+            self.up.load(Ordering::Relaxed),
+            self.down.load(Ordering::Relaxed),
+            self.started.elapsed().as_millis()
+        ));
+        let app = self.gw.app.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = app.store.writer().submit(AppendAudit(ev)).await {
+                    tracing::error!(error = %e, "cannot audit an injected exchange");
+                }
+            });
+        }
+    }
+}
