@@ -2401,3 +2401,68 @@ async fn exec_egress_goes_through_the_gateway_and_isolate_net_leaves_no_other_wa
         "the direct attempt never reached the server"
     );
 }
+
+/// The credential-injection example (`examples/injection/`) as shipped: its
+/// configuration and policy load, `exec --egress` gives the command the run's CA
+/// bundle and the placeholder in `GITHUB_TOKEN`, and the token the broker holds
+/// is in neither the command's environment nor the broker's trace log. (No
+/// request goes to api.github.com: tests send nothing off loopback.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_injection_example_runs_as_documented() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/injection");
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    let policy = dir.join("policy");
+    std::fs::create_dir_all(&policy).unwrap();
+    for f in ["schema.cedarschema", "entities.json"] {
+        std::fs::copy(policy_dir().join(f), policy.join(f)).unwrap();
+    }
+    std::fs::copy(example.join("github.cedar"), policy.join("github.cedar")).unwrap();
+    let gateway = format!("127.0.0.1:{}", free_port());
+    let config = std::fs::read_to_string(example.join("tessera.toml"))
+        .unwrap()
+        .replace("127.0.0.1:8701", &gateway);
+    let secret = "ghp_example0secret0never0shown0anywhere";
+    let broker = start_dev_broker_policy(
+        dir.clone(),
+        Some(&config),
+        &[("GITHUB_TOKEN", secret)],
+        &policy,
+    )
+    .await;
+    let (_, token_file) = sandbox_run(&broker).await;
+    let script = "echo \"token=$GITHUB_TOKEN\"; echo \"bundle=$REQUESTS_CA_BUNDLE\"; \
+                  grep -c 'BEGIN CERTIFICATE' \"$SSL_CERT_FILE\"; \
+                  for v in CURL_CA_BUNDLE NODE_EXTRA_CA_CERTS AWS_CA_BUNDLE; do printenv $v; done; env";
+    let out = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--egress", &gateway, "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("token=tsr_ph_"), "{text}");
+    let bundle = text
+        .lines()
+        .find_map(|l| l.strip_prefix("bundle="))
+        .unwrap()
+        .to_owned();
+    assert!(bundle.ends_with("ca-bundle.pem"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| *l == bundle).count(),
+        3,
+        "every TLS stack's variable names the bundle: {text}"
+    );
+    assert!(!text.contains(secret), "{text}");
+    assert!(
+        !Path::new(&bundle).exists(),
+        "the bundle's folder is removed when exec ends"
+    );
+    let log = std::fs::read_to_string(dir.join("broker.log")).unwrap();
+    assert!(
+        !log.contains(secret),
+        "the rule's secret is in the broker's log"
+    );
+}

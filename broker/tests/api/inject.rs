@@ -129,7 +129,7 @@ aws_backend = "aws-main"
 aws_service = "s3"
 
 [gateway]
-listen = "127.0.0.1:0"
+listen = "127.0.0.1:{gw_port}"
 nameservers = ["{dns}"]
 upstream_roots = "{roots}"
 "#,
@@ -139,6 +139,11 @@ upstream_roots = "{roots}"
         endpoint = m.endpoint,
         dns = dns.addr,
         roots = test_ca.display(),
+        gw_port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port(),
     );
     let mut env = crate::support::aws::broker_env();
     env.push(("TEST_API_SECRET".into(), secret.clone()));
@@ -896,4 +901,64 @@ print(json.dumps({"hits": hits, "scanned": scanned, "api_token": os.environ["API
     .unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_never_reaches_the_brokers_log() {
+    let e = env().await;
+    // The real binary on the same store and configuration, logging everything.
+    let broker = e.app.process(&[("TESSERA_LOG", "trace")]).await;
+    let gateway = e.app.state.config.gateway.as_ref().unwrap().listen;
+    let (_, _, token) = e.app.run_for("alice").await;
+    let (ca, _) = e.session(&token).await;
+    let ca_pem = std::fs::read_to_string(&ca).unwrap();
+    // The process has its own run CA: ask it for the session.
+    let resp = e
+        .app
+        .client
+        .post(format!("http://{}/v1/gateway/session", broker.addr))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    let session: Value = resp.json().await.unwrap();
+    assert_ne!(
+        session["ca_pem"].as_str().unwrap(),
+        ca_pem,
+        "one CA per process"
+    );
+    let process_ca = e.dir.0.join("process-ca.pem");
+    std::fs::write(&process_ca, session["ca_pem"].as_str().unwrap()).unwrap();
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--noproxy", ""])
+        .args(["--proxy", &format!("http://{gateway}")])
+        .args([
+            "--proxy-header",
+            &format!("Proxy-Authorization: Bearer {token}"),
+        ])
+        .args(["--cacert", process_ca.to_str().unwrap()])
+        .args(["-H", "Authorization: Bearer tool-own"])
+        .arg(format!(
+            "https://api.inject.test:{}/api/repos/acme/logged?x=1",
+            e.api.port()
+        ))
+        .output()
+        .await
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        body.contains(&format!("auth_sha256={}", e.auth_hash())),
+        "{body} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = broker.log_text();
+    assert!(log.contains("egress"), "the log is at trace level: {log}");
+    assert!(
+        !log.contains(&e.secret),
+        "the injected secret is in the broker's log"
+    );
+    assert!(
+        !log.contains("tool-own"),
+        "the tool's credential is in the broker's log"
+    );
 }
