@@ -203,6 +203,7 @@ impl Gateway {
             Ok(IssueOutcome::Denied) => {}
             Ok(IssueOutcome::RunInactive(state)) => {
                 drop(conn); // never connected: no close row
+                app.injection.forget(&run.id);
                 return Err(Refusal::new(
                     Code::RunEnded,
                     format!("the run has {}", state.as_str()),

@@ -44,6 +44,9 @@ pub struct Gateway {
     pub upstream_tls: Arc<rustls::ClientConfig>,
     /// The `aws-sts` backends SigV4 rules sign with, by name.
     pub aws: std::collections::BTreeMap<String, Arc<crate::backends::aws::AwsStsBackend>>,
+    /// MiB of request bodies held in memory to be signed, across all runs
+    /// (`inject::intercept::SIGNED_BODIES_MIB`).
+    pub signed_bodies: Arc<Semaphore>,
 }
 
 impl Gateway {
@@ -79,6 +82,7 @@ impl Gateway {
             traffic: traffic::Traffic::default(),
             upstream_tls,
             aws,
+            signed_bodies: Arc::new(Semaphore::new(inject::intercept::SIGNED_BODIES_MIB)),
         }))
     }
 
@@ -93,18 +97,9 @@ impl Gateway {
                 _ = stopping.wait_for(|s| *s) => return,
             }
             let now = self.app.clock.now();
-            for run_id in self.app.injection.run_ids() {
-                let ended = match crate::store::runs::ended_at(&self.app.store, &run_id).await {
-                    Ok(Some(Some(_))) | Ok(None) => true,
-                    _ => self
-                        .traffic
-                        .get(&run_id)
-                        .is_some_and(|t| t.expires_at() <= now),
-                };
-                if ended {
-                    self.app.injection.forget(&run_id);
-                }
-            }
+            // Expired runs' injection sessions go here; ended ones where they
+            // end (the API, the gateway) or at their first refused use.
+            self.app.injection.forget_expired(now);
             for (run_id, traffic) in self.traffic.open_runs() {
                 let ended = traffic.expires_at() <= now
                     || matches!(

@@ -285,11 +285,11 @@ async fn forward(
     // connection to its own API (HTTPS): here, in clear, it is refused.
     let uri = parts.uri.to_string();
     let carries_placeholder = placeholders_in(&uri).next().is_some()
-        || parts
-            .headers
-            .values()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| placeholders_in(v).next().is_some());
+        || parts.headers.values().any(|v| {
+            placeholders_in(&String::from_utf8_lossy(v.as_bytes()))
+                .next()
+                .is_some()
+        });
     if carries_placeholder {
         let denial = Denial {
             reason: "placeholder_misuse".into(),

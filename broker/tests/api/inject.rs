@@ -759,6 +759,30 @@ async fn a_sigv4_rule_signs_s3_requests_that_moto_accepts() {
         (got.status.as_str(), got.body.as_str()),
         ("200", "a,b\n1,2\n")
     );
+    // A body too large to be read whole and signed is refused before it is read.
+    let big = e.dir.0.join("big.bin");
+    std::fs::write(&big, vec![b'x'; (16 << 20) + 1]).unwrap();
+    let got = curl(
+        &e,
+        &token,
+        &ca,
+        &format!("{base}/tessera-reports/reports/2026/big.bin"),
+        &[
+            "-X",
+            "PUT",
+            "--data-binary",
+            &format!("@{}", big.display()),
+            "-H",
+            "Content-Type: application/octet-stream",
+        ],
+    )
+    .await;
+    assert_eq!(
+        (got.status.as_str(), code(got.body.trim()).as_str()),
+        ("429", "limit_reached"),
+        "{}",
+        got.body
+    );
     // Outside policy: never signed, never sent.
     let got = curl(
         &e,

@@ -36,10 +36,9 @@ pub fn strip(headers: &mut HeaderMap, rule: &HttpConfig) {
     }
     for (name, value) in headers.iter() {
         let sigv4 = matches!(rule.auth, Auth::SigV4 { .. }) && name.as_str().starts_with("x-amz-");
-        let carries = value
-            .to_str()
-            .map(|v| placeholders_in(v).next().is_some())
-            .unwrap_or(false);
+        let carries = placeholders_in(&String::from_utf8_lossy(value.as_bytes()))
+            .next()
+            .is_some();
         if sigv4 || carries {
             names.push(name.clone());
         }

@@ -44,6 +44,10 @@ use tokio::time::Instant;
 
 /// Largest request body a SigV4 rule signs (it is read whole to be hashed).
 pub const MAX_SIGNED_BODY: usize = 16 << 20;
+/// MiB of bodies being read to be signed, in all (a hostile tool's uploads
+/// cannot hold more of the gateway's memory than this); each request holds
+/// its announced length, or the largest when it announces none.
+pub const SIGNED_BODIES_MIB: usize = 256;
 
 type Sender = hyper::client::conn::http1::SendRequest<ProxyBody>;
 
@@ -306,12 +310,13 @@ impl Intercepted {
         let audit = self.audit(&method, &target);
 
         // A placeholder anywhere but with its own run and rule is refused.
-        let mut texts: Vec<&str> = parts
+        // (Header values as bytes: one that is not visible ASCII is searched too.)
+        let mut texts: Vec<String> = parts
             .headers
             .values()
-            .filter_map(|v| v.to_str().ok())
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .collect();
-        texts.push(&raw_target);
+        texts.push(raw_target.clone());
         let misused = texts.iter().flat_map(|t| placeholders_in(t)).any(|p| {
             self.gw.app.injection.placeholder_owner(p)
                 != Some((self.run.id.clone(), self.rule_name.clone()))
@@ -428,6 +433,8 @@ impl Intercepted {
         match app.store.writer().record_issuance(op).await {
             Ok(IssueOutcome::Denied) => {}
             Ok(IssueOutcome::RunInactive(state)) => {
+                // Ended elsewhere (another replica): its session dies here too.
+                app.injection.forget(&self.run.id);
                 self.conn.run().cut_all();
                 return Err(Refusal::new(
                     Code::RunEnded,
@@ -463,7 +470,30 @@ impl Intercepted {
         let url = format!("https://{authority}{}", target.forward);
         let tally = Arc::new(Tally::new(self.gw.clone(), audit));
         let signed = matches!(self.rule.auth, crate::backends::http::Auth::SigV4 { .. });
+        let mut _budget = None;
         let body = if signed {
+            use hyper::body::Body as _;
+            let mib = body
+                .size_hint()
+                .exact()
+                .map_or(MAX_SIGNED_BODY >> 20, |n| (n as usize).div_ceil(1 << 20));
+            if mib > MAX_SIGNED_BODY >> 20 {
+                return Err(Refusal::new(
+                    Code::LimitReached,
+                    format!("a signed request's body is at most {MAX_SIGNED_BODY} bytes"),
+                ));
+            }
+            let permits = self.gw.signed_bodies.clone().acquire_many_owned(mib as u32);
+            _budget = Some(
+                tokio::time::timeout_at(self.deadline, permits)
+                    .await
+                    .map_err(|_| {
+                        Refusal::new(Code::LimitReached, "too many signed uploads at once")
+                    })?
+                    .map_err(|_| {
+                        Refusal::new(Code::UpstreamUnavailable, "the gateway is stopping")
+                    })?,
+            );
             let limited = http_body_util::Limited::new(body, MAX_SIGNED_BODY);
             let bytes = tokio::time::timeout_at(self.deadline, limited.collect())
                 .await

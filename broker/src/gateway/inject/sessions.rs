@@ -148,9 +148,16 @@ impl Sessions {
         }
     }
 
-    /// The runs with a session now.
-    pub fn run_ids(&self) -> Vec<String> {
-        lock(&self.runs).keys().cloned().collect()
+    /// Drops the sessions of runs that expired by `now`.
+    pub fn forget_expired(&self, now: i64) {
+        let expired: Vec<String> = lock(&self.runs)
+            .iter()
+            .filter(|(_, s)| s.ca.expires_at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            self.forget(&id);
+        }
     }
 
     /// Whose placeholder `value` is: `(run, backend)`.
