@@ -38,7 +38,7 @@ when { resource.backend == "api" && context has arguments &&
 
 @id("api2-read")
 permit (principal == Tessera::User::"alice", action == Tessera::Action::"GET", resource)
-when { resource.backend == "api2" };
+when { resource.backend == "api2" && context has arguments && context.arguments.host == "api2.inject.test" };
 
 @id("s3-reports")
 permit (principal == Tessera::User::"alice", action in [Tessera::Action::"GET", Tessera::Action::"PUT"], resource)
@@ -319,6 +319,16 @@ async fn the_api_gets_the_rules_credential_and_never_the_tools() {
         got.body
     );
     assert!(!got.body.contains("proxy-authorization"), "{}", got.body);
+    assert!(
+        !got.body.contains("cookie") && !got.body.contains("x-forwarded"),
+        "{}",
+        got.body
+    );
+    assert!(
+        !got.body.to_ascii_lowercase().contains("set-cookie"),
+        "a session opened on the injected key never reaches the tool: {}",
+        got.body
+    );
 
     // Python requests with the placeholder where the SDK wants its key.
     let script = format!(
@@ -418,7 +428,35 @@ async fn requests_outside_the_rule_or_policy_are_refused_before_anything_is_sent
     let (_, run_id, token) = e.app.run_for("alice").await;
     let (ca, _) = e.session(&token).await;
     let base = format!("https://api.inject.test:{}", e.api.port());
-    let cases: [(&str, &str, &[&str], &str, &str); 8] = [
+    let cases: [(&str, &str, &[&str], &str, &str); 12] = [
+        (
+            "a method override",
+            "/api/repos/acme/site",
+            &["-H", "X-HTTP-Method-Override: DELETE"],
+            "400",
+            "invalid_destination",
+        ),
+        (
+            "a ; in the query",
+            "/api/repos/acme/site?a=1;visibility=public",
+            &[],
+            "400",
+            "invalid_destination",
+        ),
+        (
+            "a parameter twice",
+            "/api/repos/acme/site?state=open&state=closed",
+            &[],
+            "400",
+            "invalid_destination",
+        ),
+        (
+            "a double encoding",
+            "/api/repos/acme/%2573ecret",
+            &[],
+            "400",
+            "invalid_destination",
+        ),
         (
             "policy does not permit DELETE",
             "/api/repos/acme/site",
@@ -545,6 +583,24 @@ async fn a_placeholder_anywhere_else_is_refused_and_audited() {
     assert_eq!(e.plain.accepted(), 0, "nothing was connected");
 
     // To another rule's API, and a placeholder of no run at all.
+    let escaped = ph.replacen("tsr_ph_", "tsr%5Fph_", 1);
+    let got = curl(
+        &e,
+        &token,
+        &ca,
+        &format!(
+            "https://api2.inject.test:{}/api/x?k={escaped}",
+            e.api2.port()
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        code(got.body.trim()),
+        "placeholder_refused",
+        "escaped in the query: {}",
+        got.body
+    );
     for (header, why) in [
         (format!("Authorization: Bearer {ph}"), "another rule's API"),
         (
@@ -564,13 +620,13 @@ async fn a_placeholder_anywhere_else_is_refused_and_audited() {
         assert_eq!(code(got.body.trim()), "placeholder_refused", "{why}");
     }
     assert!(e.api2.seen().is_empty());
-    let denied = audit_rows(&e.app, &run_id, "egress.denied", 3).await;
+    let denied = audit_rows(&e.app, &run_id, "egress.denied", 4).await;
     assert_eq!(
         denied
             .iter()
             .filter(|r| r["reason"] == "placeholder_misuse")
             .count(),
-        3,
+        4,
         "{denied:?}"
     );
     assert!(

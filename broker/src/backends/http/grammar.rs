@@ -53,6 +53,21 @@ fn hex(c: u8) -> Option<u8> {
     (c as char).to_digit(16).map(|d| d as u8)
 }
 
+/// What an escape of byte `v` in a path becomes: the character itself when a
+/// path may carry it as it is (an upstream that decodes reads the two spellings
+/// as one), `None` when it stays escaped, or a refusal where upstreams
+/// disagree (`/`, `\`, `%` — a double encoding —, `;`, control bytes).
+fn unescape(v: u8) -> Result<Option<char>, Refused> {
+    match v {
+        b'/' | b'\\' => Err("an escaped / or \\ in the path (upstreams disagree about it)"),
+        b'%' => Err("an escaped % in the path (a double encoding)"),
+        b';' => Err("an escaped ; in the path (path parameters are read differently upstream)"),
+        v if v < 0x20 || v == 0x7f => Err("an escaped control character in the path"),
+        v if is_path_char(v) => Ok(Some(v as char)),
+        _ => Ok(None),
+    }
+}
+
 /// Whether `path` is in the kind's one spelling: `/`, or `/` and canonical
 /// segments of path characters and upper-case escapes of what must stay escaped.
 pub fn is_path(path: &str) -> bool {
@@ -71,7 +86,7 @@ pub fn is_path(path: &str) -> bool {
             let Some(v) = escape.and_then(|(h, l)| Some(hex(*h)? * 16 + hex(*l)?)) else {
                 return false;
             };
-            if is_unreserved(v) || v == b'/' || v == b'\\' || v < 0x20 || v == 0x7f {
+            if unescape(v) != Ok(None) {
                 return false;
             }
             i += 3;
@@ -142,16 +157,9 @@ pub fn normalise_target(target: &str, lowercase: bool) -> Result<Target, Refused
                 .zip(b.get(i + 2).and_then(|l| hex(*l)))
                 .map(|(h, l)| h * 16 + l)
                 .ok_or("a malformed percent-escape in the path")?;
-            if v == b'/' || v == b'\\' {
-                return Err("an escaped / or \\ in the path (upstreams disagree about it)");
-            }
-            if v < 0x20 || v == 0x7f {
-                return Err("an escaped control character in the path");
-            }
-            if is_unreserved(v) {
-                path.push(v as char);
-            } else {
-                path.push_str(&format!("%{v:02X}"));
+            match unescape(v)? {
+                Some(c) => path.push(c),
+                None => path.push_str(&format!("%{v:02X}")),
             }
             i += 3;
             continue;
@@ -185,9 +193,15 @@ pub fn normalise_target(target: &str, lowercase: bool) -> Result<Target, Refused
         Some(q) => parse_query(q)?,
         None => Vec::new(),
     };
+    // A case-insensitive API is sent the spelling decided (its trailing slash kept).
+    let sent = if lowercase {
+        lower_outside_escapes(&path)
+    } else {
+        path
+    };
     let forward = match raw_query {
-        Some(q) => format!("{path}?{q}"),
-        None => path.clone(),
+        Some(q) => format!("{sent}?{q}"),
+        None => sent,
     };
     Ok(Target {
         decided,
@@ -219,7 +233,7 @@ fn lower_outside_escapes(path: &str) -> String {
 const MAX_PARAMS: usize = 64;
 
 fn is_query_char(c: u8) -> bool {
-    is_path_char(c) || c == b'?' || c == b';' || c == b'%'
+    is_path_char(c) || c == b'?' || c == b'%'
 }
 
 fn decode_component(s: &str) -> Result<String, Refused> {
@@ -259,10 +273,20 @@ fn parse_query(q: &str) -> Result<Vec<String>, Refused> {
     if !q.bytes().all(is_query_char) {
         return Err("a character the query may not carry unescaped");
     }
-    let mut params = Vec::new();
+    let mut params: Vec<String> = Vec::new();
+    let mut names: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for pair in q.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        params.push(format!("{}={}", decode_component(k)?, decode_component(v)?));
+        let (k, v) = (decode_component(k)?, decode_component(v)?);
+        // Upstreams keep the first, the last or all of a repeated name: policy
+        // would see a value the API may not act on.
+        if names
+            .insert(k.clone(), v.clone())
+            .is_some_and(|before| before != v)
+        {
+            return Err("a query parameter repeated with another value");
+        }
+        params.push(format!("{k}={v}"));
         if params.len() > MAX_PARAMS {
             return Err("too many query parameters");
         }
@@ -291,11 +315,16 @@ mod tests {
             assert_eq!(decided(spelling).as_deref(), Ok("/admin"), "{spelling}");
         }
         assert_eq!(decided("/a%20b").as_deref(), Ok("/a%20b"));
-        assert_eq!(decided("/a%2a").as_deref(), Ok("/a%2A"));
+        assert_eq!(decided("/a%2a").as_deref(), Ok("/a*"));
+        assert_eq!(decided("/v1/k%3Adecrypt").as_deref(), Ok("/v1/k:decrypt"));
+        assert_eq!(decided("/%40%3D%21").as_deref(), Ok("/@=!"));
+        assert_eq!(decided("/caf%c3%a9").as_deref(), Ok("/caf%C3%A9"));
         assert_eq!(decided("/").as_deref(), Ok("/"));
+        let t = normalise_target("/Repos/Acme%c3%a9/", true).unwrap();
+        assert_eq!(t.decided, "/repos/acme%C3%A9");
         assert_eq!(
-            normalise_target("/Repos/Acme%2a", true).unwrap().decided,
-            "/repos/acme%2A"
+            t.forward, "/repos/acme%C3%A9/",
+            "a case-insensitive API is sent what was decided"
         );
     }
 
@@ -310,6 +339,8 @@ mod tests {
             "/a%2Fb",
             "/a%2fb",
             "/a%5Cb",
+            "/%2561dmin",
+            "/a%3Bb",
             "/a\\b",
             "/admin;x=1",
             "/a b",
@@ -336,6 +367,9 @@ mod tests {
         assert!(normalise_target("/s?x=%0a", false).is_err());
         assert!(normalise_target("/s?x=%ff", false).is_err());
         assert!(normalise_target("/s?x=\"", false).is_err());
+        assert!(normalise_target("/s?x=1;visibility=public", false).is_err());
+        assert!(normalise_target("/s?state=open&state=closed", false).is_err());
+        assert!(normalise_target("/s?id=1&id=1", false).is_ok());
     }
 
     #[test]
@@ -350,7 +384,40 @@ mod tests {
         }
     }
 
+    /// `path` with the characters at `which` percent-escaped (upper or lower hex).
+    fn escaped(path: &str, which: &[bool], lower: bool) -> String {
+        path.chars()
+            .zip(which.iter().cycle())
+            .map(|(c, e)| match (*e && c != '/', lower) {
+                (true, false) => format!("%{:02X}", c as u8),
+                (true, true) => format!("%{:02x}", c as u8),
+                (false, _) => c.to_string(),
+            })
+            .collect()
+    }
+
     proptest! {
+        /// Two spellings an upstream decodes to one path are decided as one:
+        /// escaping any characters of a path never changes what policy sees
+        /// (or the escaped spelling is refused outright).
+        #[test]
+        fn every_escaped_spelling_is_decided_the_same(
+            path in "(/[a-zA-Z0-9._~!$&'()*+,=:@-]{1,6}){1,4}/?",
+            which in proptest::collection::vec(any::<bool>(), 1..12),
+            lower in any::<bool>(),
+            insensitive in any::<bool>(),
+        ) {
+            let plain = normalise_target(&path, insensitive);
+            let spelt = escaped(&path, &which, lower);
+            if let (Ok(p), Ok(s)) = (&plain, normalise_target(&spelt, insensitive)) {
+                prop_assert_eq!(&p.decided, &s.decided, "{} vs {}", path, spelt);
+                prop_assert_eq!(&p.forward, &s.forward);
+            }
+            if plain.is_err() {
+                prop_assert!(normalise_target(&spelt, insensitive).is_err(), "{}", spelt);
+            }
+        }
+
         /// Whatever a tool sends, what policy decides is in the grammar, and
         /// what is forwarded is decided the same way again.
         #[test]

@@ -35,6 +35,7 @@ struct RawHttpBackend {
     policy_headers: Option<Vec<String>>,
     log_query: Option<bool>,
     case_insensitive_paths: Option<bool>,
+    cookies: Option<bool>,
 }
 
 /// A host the rule is for: a DNS name (or `*.` and a name: any name below it)
@@ -152,6 +153,9 @@ pub struct HttpConfig {
     pub log_query: bool,
     /// Whether the API reads paths case-insensitively (policy decides them lower case).
     pub case_insensitive_paths: bool,
+    /// Whether cookies pass (the tool's `Cookie`, the API's `Set-Cookie`); off:
+    /// a session the API opens on the injected credential never reaches the tool.
+    pub cookies: bool,
 }
 
 impl HttpConfig {
@@ -166,6 +170,7 @@ impl HttpConfig {
             policy_headers: vec![],
             log_query: false,
             case_insensitive_paths: false,
+            cookies: false,
         }
     }
 
@@ -412,6 +417,27 @@ pub fn resolve(setting: &str, table: RawTable) -> Result<HttpConfig, ConfigError
             format!("{h:?}: not a header policy may read (credentials and connection headers are not shown)"),
         ));
     }
+    let wildcard = hosts.iter().find(|h| h.name.starts_with("*."));
+    if let (Some(h), Auth::Header { .. } | Auth::Token { .. }) = (wildcard, &auth) {
+        // Anyone who can get a name under the suffix (a cloud tenant's
+        // subdomain, a bucket) and a certificate for it would be sent the secret.
+        return Err(err(
+            &key("hosts"),
+            format!("{}: a wildcard host takes auth = \"sigv4\" or \"none\" only; name each host a secret or token goes to", h.name),
+        ));
+    }
+    let case_insensitive_paths = b.case_insensitive_paths.unwrap_or(false);
+    if case_insensitive_paths {
+        if let Some(r) = requests
+            .iter()
+            .find(|r| r.path.chars().any(|c| c.is_ascii_uppercase()))
+        {
+            return Err(err(
+                &key("requests"),
+                format!("{:?}: with case_insensitive_paths, paths are decided lower case: write the pattern lower case", r.path),
+            ));
+        }
+    }
     Ok(HttpConfig {
         hosts,
         requests,
@@ -420,7 +446,8 @@ pub fn resolve(setting: &str, table: RawTable) -> Result<HttpConfig, ConfigError
         placeholder_env: b.placeholder_env,
         policy_headers,
         log_query: b.log_query.unwrap_or(false),
-        case_insensitive_paths: b.case_insensitive_paths.unwrap_or(false),
+        case_insensitive_paths,
+        cookies: b.cookies.unwrap_or(false),
     })
 }
 
@@ -533,10 +560,17 @@ mod tests {
     fn a_rule_names_hosts_requests_and_how_it_authenticates() {
         let c = resolve(
             "backends.gh",
-            table("hosts = [\"api.github.com\", \"*.example.com:8443\"]\nrequests = [\"GET /repos/acme/*\", \"* /user\"]\nsecret_env = \"GH\"\nplaceholder_env = \"GITHUB_TOKEN\""),
+            table("hosts = [\"api.github.com\", \"*.example.com:8443\"]\nrequests = [\"GET /repos/acme/*\", \"* /user\"]\nauth = \"none\"\nplaceholder_env = \"GITHUB_TOKEN\""),
         )
         .unwrap();
-        assert_eq!(c.auth.as_str(), "bearer");
+        assert_eq!(c.auth.as_str(), "none");
+        let bearer = resolve(
+            "backends.gh",
+            table("hosts = [\"api.github.com\"]\nrequests = [\"GET /x\"]\nsecret_env = \"GH\""),
+        )
+        .unwrap();
+        assert_eq!(bearer.auth.as_str(), "bearer");
+        assert!(format!("{bearer:?}").contains("GH"));
         assert!(c.is_for("api.github.com", 443));
         assert!(!c.is_for("api.github.com", 8443));
         assert!(c.is_for("a.b.example.com", 8443));
@@ -546,7 +580,6 @@ mod tests {
         assert!(!c.covers("DELETE", "/repos/acme/x"));
         assert!(!c.covers("GET", "/repos/other/x"));
         assert!(c.covers("DELETE", "/user"));
-        assert!(format!("{c:?}").contains("GH"));
     }
 
     #[test]
@@ -568,6 +601,9 @@ mod tests {
             "hosts = [\"a.example\"]\nrequests = [\"GET /x\"]\nsecret_env = \"S\"\npolicy_headers = [\"authorization\"]",
             "hosts = [\"a.example\"]\nrequests = [\"GET /x\"]\nsecret_env = \"lower\"",
             "hosts = [\"a.example\"]\nrequests = [\"GET /x\"]\nsecret_env = \"S\"\nsecret_file = \"/x\"",
+            "hosts = [\"*.example.com\"]\nrequests = [\"GET /x\"]\nsecret_env = \"S\"",
+            "hosts = [\"*.example.com\"]\nrequests = [\"GET /x\"]\nauth = \"token\"\ntoken_backend = \"t\"",
+            "hosts = [\"a.example\"]\nrequests = [\"GET /X\"]\nauth = \"none\"\ncase_insensitive_paths = true",
         ] {
             assert!(resolve("backends.x", table(bad)).is_err(), "{bad}");
         }

@@ -48,6 +48,10 @@ pub const MAX_SIGNED_BODY: usize = 16 << 20;
 /// cannot hold more of the gateway's memory than this); each request holds
 /// its announced length, or the largest when it announces none.
 pub const SIGNED_BODIES_MIB: usize = 256;
+/// …and of one run.
+pub const SIGNED_BODIES_MIB_PER_RUN: usize = 64;
+/// How long a body to be signed may take to arrive.
+const SIGNED_BODY_SECS: u64 = 60;
 
 type Sender = hyper::client::conn::http1::SendRequest<ProxyBody>;
 
@@ -173,6 +177,28 @@ fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
     );
     resp
 }
+
+/// Headers some frameworks read as the real method or path: policy decided the
+/// request line, so a request carrying one is refused.
+const OVERRIDES: [&str; 6] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-original-method",
+];
+
+/// Headers that tell an API where a request came from or was addressed: the
+/// tool does not get to say (some frameworks route or build URLs from them).
+const FORWARDING: [&str; 6] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-prefix",
+    "x-real-ip",
+];
 
 /// Request headers that belong to the hop between the tool and the gateway.
 const HOP_BY_HOP: [&str; 7] = [
@@ -307,16 +333,29 @@ impl Intercepted {
         }
         let target =
             normalise_target(&raw_target, self.rule.case_insensitive_paths).map_err(invalid)?;
+        // What the hop carries goes before anything is decided: a header named in
+        // `Connection` must not vanish after policy read it.
+        strip_hop_by_hop(&mut parts.headers, false);
+        if let Some(h) = OVERRIDES.iter().find(|h| parts.headers.contains_key(**h)) {
+            return Err(invalid(&format!(
+                "{h}: a header that changes the method or path upstream is not relayed (policy decides the request line)"
+            )));
+        }
+        for h in FORWARDING {
+            parts.headers.remove(h);
+        }
         let audit = self.audit(&method, &target);
 
         // A placeholder anywhere but with its own run and rule is refused.
-        // (Header values as bytes: one that is not visible ASCII is searched too.)
+        // (Header values as bytes: one that is not visible ASCII is searched
+        // too; the query decoded as well as written.)
         let mut texts: Vec<String> = parts
             .headers
             .values()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .collect();
         texts.push(raw_target.clone());
+        texts.extend(target.query.iter().cloned());
         let misused = texts.iter().flat_map(|t| placeholders_in(t)).any(|p| {
             self.gw.app.injection.placeholder_owner(p)
                 != Some((self.run.id.clone(), self.rule_name.clone()))
@@ -370,7 +409,8 @@ impl Intercepted {
                     .collect::<Vec<_>>()
             })
             .collect();
-        let arguments = serde_json::json!({ "query": target.query, "headers": headers });
+        let arguments =
+            serde_json::json!({ "host": self.host, "query": target.query, "headers": headers });
         let now = app.clock.now();
         let request = crate::reauthorize::policy_request(
             &self.run,
@@ -456,8 +496,10 @@ impl Intercepted {
         app.metrics.egress("allow", "request");
 
         // Decided and recorded: now the request as it will be sent.
-        strip_hop_by_hop(&mut parts.headers, false);
         credential::strip(&mut parts.headers, &self.rule);
+        if !self.rule.cookies {
+            parts.headers.remove(header::COOKIE);
+        }
         let authority = self.authority();
         parts.headers.insert(
             header::HOST,
@@ -483,19 +525,25 @@ impl Intercepted {
                     format!("a signed request's body is at most {MAX_SIGNED_BODY} bytes"),
                 ));
             }
-            let permits = self.gw.signed_bodies.clone().acquire_many_owned(mib as u32);
-            _budget = Some(
-                tokio::time::timeout_at(self.deadline, permits)
-                    .await
-                    .map_err(|_| {
-                        Refusal::new(Code::LimitReached, "too many signed uploads at once")
-                    })?
-                    .map_err(|_| {
-                        Refusal::new(Code::UpstreamUnavailable, "the gateway is stopping")
-                    })?,
-            );
+            let busy = || Refusal::new(Code::LimitReached, "too many signed uploads at once");
+            let wait = Instant::now() + Duration::from_secs(SIGNED_BODY_SECS);
+            let run_share = self
+                .session
+                .signed_bodies
+                .clone()
+                .acquire_many_owned(mib as u32);
+            let run_share = tokio::time::timeout_at(wait, run_share)
+                .await
+                .map_err(|_| busy())?
+                .map_err(|_| busy())?;
+            let all = self.gw.signed_bodies.clone().acquire_many_owned(mib as u32);
+            let all = tokio::time::timeout_at(wait, all)
+                .await
+                .map_err(|_| busy())?
+                .map_err(|_| busy())?;
+            _budget = Some((run_share, all));
             let limited = http_body_util::Limited::new(body, MAX_SIGNED_BODY);
-            let bytes = tokio::time::timeout_at(self.deadline, limited.collect())
+            let bytes = tokio::time::timeout_at(wait.min(self.deadline), limited.collect())
                 .await
                 .map_err(|_| Refusal::new(Code::LimitReached, "the request body took too long"))?
                 .map_err(|_| {
@@ -562,6 +610,11 @@ impl Intercepted {
         let (mut parts, body) = resp.into_parts();
         tally.status.store(parts.status.as_u16(), Ordering::Relaxed);
         strip_hop_by_hop(&mut parts.headers, true);
+        if !self.rule.cookies {
+            // A session the API opens on the injected credential would outlive
+            // the run in the tool's hands.
+            parts.headers.remove(header::SET_COOKIE);
+        }
         Ok(Response::from_parts(
             parts,
             ProxyBody::Relayed {

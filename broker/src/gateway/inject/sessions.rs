@@ -38,6 +38,9 @@ pub struct RunSession {
     pub placeholders: Vec<Placeholder>,
     /// By `aws-sts` backend name.
     pub aws: tokio::sync::Mutex<HashMap<String, AwsSession>>,
+    /// MiB of this run's request bodies being read to be signed: one run
+    /// cannot hold the whole gateway's share (`intercept::SIGNED_BODIES_MIB`).
+    pub signed_bodies: Arc<tokio::sync::Semaphore>,
 }
 
 /// Every injection rule, and every run's session.
@@ -123,6 +126,9 @@ impl Sessions {
             ca,
             placeholders,
             aws: tokio::sync::Mutex::new(HashMap::new()),
+            signed_bodies: Arc::new(tokio::sync::Semaphore::new(
+                super::intercept::SIGNED_BODIES_MIB_PER_RUN,
+            )),
         });
         let mut runs = lock(&self.runs);
         // Two first uses at once: the first one in wins, the other is dropped.

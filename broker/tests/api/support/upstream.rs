@@ -193,7 +193,11 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, seen: &Seen) {
                     "method={method} path={p} auth_sha256={auth} headers={}",
                     names.join(",")
                 );
-                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                // A session cookie, as APIs that log a key in hand out.
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nSet-Cookie: session=opened-on-the-key\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
                 s.write_all(head.as_bytes()).await.is_ok()
                     && s.write_all(body.as_bytes()).await.is_ok()
             }
