@@ -10,6 +10,7 @@
 #
 #   bench/inject.sh                          # 5 rounds, 10 s, 16 workers
 #   ROUNDS=3 SECS=5 WORKERS=8 bench/inject.sh
+#   PERF=1 bench/inject.sh                   # also: perf record of the broker, injected load only
 #
 # Results: bench/out/inject.md.
 set -euo pipefail
@@ -129,4 +130,11 @@ for r in $(seq 1 "$ROUNDS"); do
   echo "| $r | ${d%% *} | ${t%% *} | ${i%% *} | $ct | $ci |" >> "$RESULTS"
   echo "bench: round $r: direct $d; tunnel $t (broker $ct us/req); injected $i (broker $ci us/req)"
 done
+if [ -n "${PERF:-}" ]; then
+  perf record -F 999 -g -o "$OUT/inject.perf.data" -p "$broker" -- sleep "$SECS" >/dev/null 2>&1 &
+  perf_pid=$!
+  "$LOAD" requests api.bench.test "$API" "$SECS" "$WORKERS" "$dir/api-ca.pem" "127.0.0.1:$GW" "$dir/sessions"
+  wait "$perf_pid" || true
+  echo "bench: perf report -i $OUT/inject.perf.data --no-children"
+fi
 echo "bench: results in $RESULTS"
