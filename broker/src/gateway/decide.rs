@@ -3,7 +3,8 @@
 //!
 //! 1. the run is active (the store re-checks it when the decision is recorded);
 //! 2. the destination is in the `net` grammar and `connect` is declared;
-//! 3. Cedar decides `connect` on `net:HOST:PORT` (a forbid wins; default deny);
+//! 3. Cedar decides `connect` on `net:HOST:PORT` (a forbid wins; default deny; a
+//!    permit that needs `@approval` refuses: a connection cannot wait for one);
 //! 4. the name is resolved once, by the gateway, and **every** address it has is
 //!    classified (`addresses`): a non-public one is refused unless a satisfied
 //!    permit's `@allow_addresses` contains it;
@@ -123,6 +124,24 @@ impl Gateway {
                 constraints,
             } => (policies, constraints),
         };
+        if constraints.approval.is_some() {
+            // A permit that needs a human's approval does not hold until one is
+            // given, and a connection cannot wait for it.
+            let denial = Denial {
+                reason: "approval_required".into(),
+                detail: Some(format!("policies={}", policies.join(","))),
+                metric: "policy",
+                end_run: false,
+            };
+            self.refuse(run, audit, denial).await;
+            return Err(Refusal::new(
+                Code::DestinationDenied,
+                format!(
+                    "connecting to {} needs a human approval, which the gateway cannot wait for",
+                    dest.path()
+                ),
+            ));
+        }
 
         let ips = match &dest.host {
             Host::Ip(ip) => vec![*ip],

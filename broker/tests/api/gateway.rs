@@ -28,6 +28,12 @@ when { resource.kind == "net" &&
 permit (principal == Tessera::User::"alice", action == Tessera::Action::"connect", resource)
 when { resource.kind == "net" && resource.path like "*.public.test:*" };
 
+@id("egress-needs-approval")
+@approval("group:release-managers")
+@allow_addresses("127.0.0.0/8")
+permit (principal == Tessera::User::"alice", action == Tessera::Action::"connect", resource)
+when { resource.kind == "net" && resource.path like "approval.test:*" };
+
 @id("egress-metadata-ends-run")
 @on_deny("end_run")
 forbid (principal, action == Tessera::Action::"connect", resource)
@@ -356,6 +362,25 @@ async fn a_destination_outside_policy_is_403_and_audited() {
     )
     .await;
     assert_eq!(status, 403);
+}
+
+/// A permit that needs a human's approval does not let a connection through: a
+/// connection cannot wait for one (test written after the fix; it fails without it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_permit_that_needs_approval_refuses() {
+    let e = env().await;
+    e.dns.set("approval.test", vec![vec!["127.0.0.1"]]);
+    let (_, run_id, token) = e.app.run_for("alice").await;
+    let target = format!("approval.test:{}", e.http.port());
+    let (status, body) = raw(e.gateway, &connect_req(&target, &token)).await;
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (403, "destination_denied"),
+        "{body}"
+    );
+    assert_eq!(e.http.accepted(), 0);
+    let denied = audit_rows(&e.app, &run_id, "egress.denied", 1).await;
+    assert_eq!(denied[0]["reason"], "approval_required", "{denied:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -799,6 +799,8 @@ async fn a_sigv4_rule_signs_s3_requests_that_moto_accepts() {
             "Content-Type: text/csv",
             "-H",
             "X-Amz-Security-Token: forged",
+            "-H",
+            "X-Amz-Meta-Owner: alice",
         ],
     )
     .await;
@@ -814,6 +816,22 @@ async fn a_sigv4_rule_signs_s3_requests_that_moto_accepts() {
     assert_eq!(
         (got.status.as_str(), got.body.as_str()),
         ("200", "a,b\n1,2\n")
+    );
+    // The tool's own x-amz-* headers are signed with the request, not dropped.
+    let got = curl(
+        &e,
+        &token,
+        &ca,
+        &format!("{base}/tessera-reports/reports/2026/new.csv"),
+        &["-D", "-"],
+    )
+    .await;
+    assert!(
+        got.body
+            .to_ascii_lowercase()
+            .contains("x-amz-meta-owner: alice"),
+        "{}",
+        got.body
     );
     // A body too large to be read whole and signed is refused before it is read.
     let big = e.dir.0.join("big.bin");

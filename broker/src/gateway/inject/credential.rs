@@ -1,8 +1,10 @@
 //! Taking the tool's credentials off a request and putting the rule's on.
 //!
 //! Stripped from every intercepted request, whatever the rule: `Authorization`,
-//! `Proxy-Authorization`, the rule's own header, every `X-Amz-*` header of a
-//! SigV4 rule, and any header that carries a placeholder. Then the rule's
+//! `Proxy-Authorization`, the rule's own header, a SigV4 rule's signing headers
+//! (`X-Amz-Security-Token`, `X-Amz-Date`, `X-Amz-Content-Sha256`), and any
+//! header that carries a placeholder. The tool's other `X-Amz-*` headers (an
+//! object's metadata, its ACL) are kept and signed with the request. Then the rule's
 //! credential is added: a static header, a JWT minted for this one request, or
 //! a SigV4 signature over the request as it will be sent. The credential is
 //! never logged, audited or shown to the tool: it exists in the outgoing
@@ -17,6 +19,9 @@ use crate::gateway::Gateway;
 use crate::store::runs::RunRecord;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use secrecy::ExposeSecret;
+
+/// The headers a SigV4 signature consists of: the tool's are never kept.
+const SIGV4_OWN: [&str; 3] = ["x-amz-security-token", "x-amz-date", "x-amz-content-sha256"];
 
 /// Longest life of a JWT minted for one request.
 const TOKEN_SECS: i64 = 60;
@@ -35,7 +40,7 @@ pub fn strip(headers: &mut HeaderMap, rule: &HttpConfig) {
         }
     }
     for (name, value) in headers.iter() {
-        let sigv4 = matches!(rule.auth, Auth::SigV4 { .. }) && name.as_str().starts_with("x-amz-");
+        let sigv4 = matches!(rule.auth, Auth::SigV4 { .. }) && SIGV4_OWN.contains(&name.as_str());
         let carries = placeholders_in(&String::from_utf8_lossy(value.as_bytes()))
             .next()
             .is_some();
@@ -194,10 +199,16 @@ fn sign(
         .build()
         .map_err(|_| unavailable("SigV4 parameters"))?
         .into();
+    // S3 requires every x-amz-* header of a request to be signed.
+    let amz: Vec<(String, String)> = headers
+        .iter()
+        .filter(|(n, _)| n.as_str().starts_with("x-amz-"))
+        .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
     let signable = SignableRequest::new(
         out.method,
         out.url,
-        std::iter::empty(),
+        amz.iter().map(|(n, v)| (n.as_str(), v.as_str())),
         SignableBody::Bytes(out.body.unwrap_or_default()),
     )
     .map_err(|_| unavailable("the request cannot be signed"))?;
