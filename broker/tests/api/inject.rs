@@ -833,6 +833,27 @@ async fn a_sigv4_rule_signs_s3_requests_that_moto_accepts() {
         "{}",
         got.body
     );
+    // A header that changes what the signed request does (here: copy from
+    // an object policy never saw) is refused unless policy is shown it.
+    for header in [
+        "x-amz-copy-source: /tessera-reports/private/x",
+        "x-amz-acl: public-read",
+    ] {
+        let got = curl(
+            &e,
+            &token,
+            &ca,
+            &format!("{base}/tessera-reports/reports/2026/copied.csv"),
+            &["-X", "PUT", "--data-binary", "", "-H", header],
+        )
+        .await;
+        assert_eq!(
+            (got.status.as_str(), code(got.body.trim()).as_str()),
+            ("400", "invalid_destination"),
+            "{header}: {}",
+            got.body
+        );
+    }
     // A body too large to be read whole and signed is refused before it is read.
     let big = e.dir.0.join("big.bin");
     std::fs::write(&big, vec![b'x'; (16 << 20) + 1]).unwrap();

@@ -21,7 +21,28 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use secrecy::ExposeSecret;
 
 /// The headers a SigV4 signature consists of: the tool's are never kept.
-const SIGV4_OWN: [&str; 3] = ["x-amz-security-token", "x-amz-date", "x-amz-content-sha256"];
+pub const SIGV4_OWN: [&str; 3] = ["x-amz-security-token", "x-amz-date", "x-amz-content-sha256"];
+
+/// `x-amz-*` headers a tool may add to a signed request without policy seeing
+/// them: they describe the object written (its metadata, checksum, storage and
+/// encryption), not what the request does or where its data comes from. Any
+/// other (`x-amz-copy-source`, `x-amz-acl`, `x-amz-grant-*`,
+/// `x-amz-website-redirect-location`, …) is refused unless the rule shows it to
+/// policy (`policy_headers`).
+pub fn is_descriptive_amz(name: &str) -> bool {
+    name.starts_with("x-amz-meta-")
+        || name.starts_with("x-amz-checksum-")
+        || matches!(
+            name,
+            "x-amz-sdk-checksum-algorithm"
+                | "x-amz-storage-class"
+                | "x-amz-server-side-encryption"
+                | "x-amz-expected-bucket-owner"
+                | "x-amz-decoded-content-length"
+                | "x-amz-trailer"
+                | "x-amz-user-agent"
+        )
+}
 
 /// Longest life of a JWT minted for one request.
 const TOKEN_SECS: i64 = 60;

@@ -344,6 +344,20 @@ impl Intercepted {
         for h in FORWARDING {
             parts.headers.remove(h);
         }
+        if matches!(self.rule.auth, crate::backends::http::Auth::SigV4 { .. }) {
+            // What the signature will authorise must be what policy saw.
+            let unseen = parts.headers.keys().map(|n| n.as_str()).find(|n| {
+                n.starts_with("x-amz-")
+                    && !credential::SIGV4_OWN.contains(n)
+                    && !credential::is_descriptive_amz(n)
+                    && !self.rule.policy_headers.iter().any(|h| h == n)
+            });
+            if let Some(n) = unseen {
+                return Err(invalid(&format!(
+                    "{n} changes what a signed request does: the rule must show it to policy (policy_headers)"
+                )));
+            }
+        }
         let audit = self.audit(&method, &target);
 
         // A placeholder anywhere but with its own run and rule is refused.
