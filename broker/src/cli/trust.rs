@@ -59,10 +59,15 @@ pub fn install(
         bundle.push_str(&pem(&cert));
     }
     if let Some(kept) = env.get("SSL_CERT_FILE") {
-        let extra = std::fs::read_to_string(kept)
-            .map_err(|e| format!("--egress: SSL_CERT_FILE {kept}: {e}"))?;
-        bundle.push_str(&extra);
-        bundle.push('\n');
+        // Only its certificates: `exec` may be root and the bundle is readable
+        // by the command, so nothing else of the file it names is copied.
+        use rustls::pki_types::pem::PemObject;
+        let text =
+            std::fs::read(kept).map_err(|e| format!("--egress: SSL_CERT_FILE {kept}: {e}"))?;
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&text) {
+            let cert = cert.map_err(|e| format!("--egress: SSL_CERT_FILE {kept}: {e}"))?;
+            bundle.push_str(&pem(&cert));
+        }
     }
     bundle.push_str(&session.ca_pem);
     let dir = std::env::temp_dir().join(format!("tessera-exec-{}", crate::ids::hex(&rand_bytes())));

@@ -428,7 +428,7 @@ async fn requests_outside_the_rule_or_policy_are_refused_before_anything_is_sent
     let (_, run_id, token) = e.app.run_for("alice").await;
     let (ca, _) = e.session(&token).await;
     let base = format!("https://api.inject.test:{}", e.api.port());
-    let cases: [(&str, &str, &[&str], &str, &str); 12] = [
+    let cases: [(&str, &str, &[&str], &str, &str); 13] = [
         (
             "a method override",
             "/api/repos/acme/site",
@@ -453,6 +453,13 @@ async fn requests_outside_the_rule_or_policy_are_refused_before_anything_is_sent
         (
             "a double encoding",
             "/api/repos/acme/%2573ecret",
+            &[],
+            "400",
+            "invalid_destination",
+        ),
+        (
+            "_method in the query",
+            "/api/repos/acme/site?_method=DELETE",
             &[],
             "400",
             "invalid_destination",
@@ -545,6 +552,10 @@ async fn requests_outside_the_rule_or_policy_are_refused_before_anything_is_sent
     let denied = audit_rows(&e.app, &run_id, "egress.denied", 6).await;
     let reasons: Vec<&str> = denied.iter().filter_map(|r| r["reason"].as_str()).collect();
     assert!(reasons.contains(&"not_covered"), "{reasons:?}");
+    assert!(
+        reasons.contains(&"invalid_request"),
+        "a request refused as invalid is audited too: {reasons:?}"
+    );
     assert!(
         denied
             .iter()

@@ -157,6 +157,10 @@ pub fn normalise_target(target: &str, lowercase: bool) -> Result<Target, Refused
                 .zip(b.get(i + 2).and_then(|l| hex(*l)))
                 .map(|(h, l)| h * 16 + l)
                 .ok_or("a malformed percent-escape in the path")?;
+            if lowercase && v >= 0x80 {
+                // Case folding beyond ASCII differs between upstreams.
+                return Err("an escaped non-ASCII character in a case-insensitive path");
+            }
             match unescape(v)? {
                 Some(c) => path.push(c),
                 None => path.push_str(&format!("%{v:02X}")),
@@ -278,10 +282,17 @@ fn parse_query(q: &str) -> Result<Vec<String>, Refused> {
     for pair in q.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let (k, v) = (decode_component(k)?, decode_component(v)?);
-        // Upstreams keep the first, the last or all of a repeated name: policy
-        // would see a value the API may not act on.
+        if k.contains('=') {
+            // `a%3Db=c` would read as `a=b=c`, the same as `a=b%3Dc`.
+            return Err("an escaped = in a query parameter's name");
+        }
+        if k.eq_ignore_ascii_case("_method") {
+            return Err("_method in the query changes the method for some frameworks");
+        }
+        // Upstreams keep the first, the last or all of a repeated name (some
+        // ignoring its case): policy would see a value the API may not act on.
         if names
-            .insert(k.clone(), v.clone())
+            .insert(k.to_ascii_lowercase(), v.clone())
             .is_some_and(|before| before != v)
         {
             return Err("a query parameter repeated with another value");
@@ -320,10 +331,10 @@ mod tests {
         assert_eq!(decided("/%40%3D%21").as_deref(), Ok("/@=!"));
         assert_eq!(decided("/caf%c3%a9").as_deref(), Ok("/caf%C3%A9"));
         assert_eq!(decided("/").as_deref(), Ok("/"));
-        let t = normalise_target("/Repos/Acme%c3%a9/", true).unwrap();
-        assert_eq!(t.decided, "/repos/acme%C3%A9");
+        let t = normalise_target("/Repos/Acme%7b/", true).unwrap();
+        assert_eq!(t.decided, "/repos/acme%7B");
         assert_eq!(
-            t.forward, "/repos/acme%C3%A9/",
+            t.forward, "/repos/acme%7B/",
             "a case-insensitive API is sent what was decided"
         );
     }
@@ -370,6 +381,11 @@ mod tests {
         assert!(normalise_target("/s?x=1;visibility=public", false).is_err());
         assert!(normalise_target("/s?state=open&state=closed", false).is_err());
         assert!(normalise_target("/s?id=1&id=1", false).is_ok());
+        assert!(normalise_target("/s?state=open&State=closed", false).is_err());
+        assert!(normalise_target("/s?a%3Db=c", false).is_err());
+        assert!(normalise_target("/s?_method=DELETE", false).is_err());
+        assert!(normalise_target("/users/JOS%C3%89", true).is_err());
+        assert!(normalise_target("/users/JOS%C3%89", false).is_ok());
     }
 
     #[test]

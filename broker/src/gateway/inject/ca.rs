@@ -19,6 +19,9 @@ use std::sync::{Arc, Mutex};
 
 /// Clock skew allowed before a certificate's start.
 const SKEW_SECS: i64 = 300;
+/// Host names one run's CA makes leaves for (a wildcard rule could otherwise
+/// have it make and keep one per name a tool invents).
+pub const MAX_LEAVES: usize = 256;
 
 pub struct RunCa {
     cert: rcgen::Certificate,
@@ -107,8 +110,15 @@ impl RunCa {
     /// The TLS configuration the gateway answers `host`'s ClientHello with
     /// (HTTP/1.1 only), made once per host.
     pub fn server_config(&self, host: &str, now: i64) -> Result<Arc<rustls::ServerConfig>, String> {
-        if let Some(c) = self.leaves.lock().ok().and_then(|l| l.get(host).cloned()) {
-            return Ok(c);
+        if let Ok(leaves) = self.leaves.lock() {
+            if let Some(c) = leaves.get(host) {
+                return Ok(c.clone());
+            }
+            if leaves.len() >= MAX_LEAVES {
+                return Err(format!(
+                    "the run's CA has made leaves for {MAX_LEAVES} hosts"
+                ));
+            }
         }
         let (chain, key) = self.leaf(host, now)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -187,6 +197,17 @@ mod tests {
             verify(&ca, &chain, "127.0.0.1", now).is_err(),
             "no IP address"
         );
+
+        // At most MAX_LEAVES host names per run.
+        for i in 0..MAX_LEAVES {
+            ca.server_config(&format!("h{i}.example.com"), now)
+                .expect("under the cap");
+        }
+        assert!(
+            ca.server_config("h0.example.com", now).is_ok(),
+            "made before"
+        );
+        assert!(ca.server_config("one-more.example.com", now).is_err());
 
         // Past the run's expiry the CA and its leaves are worthless.
         let (chain, _) = ca.leaf("api.inject.test", now).unwrap();

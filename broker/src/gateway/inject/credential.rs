@@ -208,6 +208,12 @@ fn sign(
     let identity = aws.credentials.clone().into();
     let mut settings = SigningSettings::default();
     settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    if service == "s3" {
+        // S3 signs the path as sent: encoded once, never normalised.
+        settings.percent_encoding_mode = aws_sigv4::http_request::PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode =
+            aws_sigv4::http_request::UriPathNormalizationMode::Disabled;
+    }
     let params = v4::SigningParams::builder()
         .identity(&identity)
         .region(&region)

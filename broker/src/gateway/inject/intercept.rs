@@ -168,6 +168,17 @@ pub async fn intercept(
     }
 }
 
+/// `x-amz-copy-source` as policy is shown it: S3 decodes it, so it is put in
+/// the path's one spelling (`/bucket/key`, its `?versionId=…` kept).
+fn copy_source(value: &str) -> Result<String, String> {
+    let target = normalise_target(&format!("/{}", value.trim_start_matches('/')), false)
+        .map_err(|why| format!("x-amz-copy-source: {why}"))?;
+    Ok(match target.raw_query {
+        Some(q) => format!("{}?{q}", target.decided),
+        None => target.decided,
+    })
+}
+
 fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
     let mut resp = Response::new(ProxyBody::text(r.body()));
     *resp.status_mut() = r.code.status();
@@ -271,8 +282,9 @@ impl Intercepted {
         }
     }
 
-    /// The `egress.request` row of `method` on `path`.
-    fn audit(&self, method: &str, target: &Target) -> AuditEvent {
+    /// The `egress.request` row of `method` on `path` (the query redacted
+    /// unless the rule logs it).
+    fn audit(&self, method: &str, path: &str, raw_query: Option<&str>) -> AuditEvent {
         let mut ev = AuditEvent::new(
             events::EGRESS_REQUEST,
             format!("run:{}", self.run.id),
@@ -281,9 +293,9 @@ impl Intercepted {
         ev.run_id = Some(self.run.id.clone());
         ev.user = Some(self.run.user.clone());
         ev.task_id = Some(self.run.task_id.clone());
-        ev.action = Some(method.to_owned());
-        ev.resource = Some(format!("{}:{}", self.rule_name, target.decided));
-        let query = match (&target.raw_query, self.rule.log_query) {
+        ev.action = Some(method.chars().take(16).collect());
+        ev.resource = Some(format!("{}:{}", self.rule_name, path));
+        let query = match (raw_query, self.rule.log_query) {
             (None, _) => String::new(),
             (Some(q), true) => format!(" query={}", q.chars().take(512).collect::<String>()),
             (Some(_), false) => " query=redacted".to_owned(),
@@ -295,6 +307,95 @@ impl Intercepted {
             self.rule.auth.as_str()
         ));
         ev
+    }
+
+    /// A refused target as the audit names it: its path part, at most 200
+    /// characters (never its query, which may carry anything).
+    fn unparsed(&self, raw_target: &str) -> String {
+        raw_target
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect()
+    }
+
+    /// The checks that make a request decidable: an origin-form target naming
+    /// this connection's host, in its one spelling; no header that changes the
+    /// request line upstream; for SigV4, no `x-amz-*` header policy does not
+    /// see; the headers policy reads, visible ASCII and not repeated with
+    /// another value. Removes the hop's and the forwarding headers. Returns the
+    /// target and the `name=value` headers policy is shown, or why not.
+    fn check(
+        &self,
+        parts: &mut hyper::http::request::Parts,
+        raw_target: &str,
+    ) -> Result<(Target, Vec<String>), String> {
+        if parts.uri.authority().is_some() || parts.uri.path_and_query().is_none() {
+            return Err("send an origin-form request target (/path)".into());
+        }
+        if let Some(h) = parts.headers.get(header::HOST) {
+            let named = h
+                .to_str()
+                .ok()
+                .and_then(|h| h.parse::<hyper::http::uri::Authority>().ok())
+                .and_then(|a| normalise(a.host(), a.port_u16().unwrap_or(443)));
+            if named.as_ref() != Some(&self.dest) {
+                return Err("the Host header must name the host of the connection".into());
+            }
+        }
+        let target = normalise_target(raw_target, self.rule.case_insensitive_paths)?;
+        // What the hop carries goes before anything is decided: a header named in
+        // `Connection` must not vanish after policy read it.
+        strip_hop_by_hop(&mut parts.headers, false);
+        if let Some(h) = OVERRIDES.iter().find(|h| parts.headers.contains_key(**h)) {
+            return Err(format!(
+                "{h}: a header that changes the method or path upstream is not relayed (policy decides the request line)"
+            ));
+        }
+        for h in FORWARDING {
+            parts.headers.remove(h);
+        }
+        if matches!(self.rule.auth, crate::backends::http::Auth::SigV4 { .. }) {
+            // What the signature will authorise must be what policy saw.
+            let unseen = parts.headers.keys().map(|n| n.as_str()).find(|n| {
+                n.starts_with("x-amz-")
+                    && !credential::SIGV4_OWN.contains(n)
+                    && !credential::is_descriptive_amz(n)
+                    && !self.rule.policy_headers.iter().any(|h| h == n)
+            });
+            if let Some(n) = unseen {
+                return Err(format!(
+                    "{n} changes what a signed request does: the rule must show it to policy (policy_headers)"
+                ));
+            }
+        }
+        let mut headers = Vec::new();
+        for name in &self.rule.policy_headers {
+            let mut shown: Option<String> = None;
+            for value in parts.headers.get_all(name.as_str()) {
+                let value = value
+                    .to_str()
+                    .map_err(|_| format!("{name}: a header policy reads must be visible ASCII"))?;
+                let value = if name == "x-amz-copy-source" {
+                    copy_source(value)?
+                } else {
+                    value.to_owned()
+                };
+                match &shown {
+                    Some(before) if *before != value => {
+                        return Err(format!("{name} repeated with another value"));
+                    }
+                    Some(_) => {}
+                    None => {
+                        headers.push(format!("{name}={value}"));
+                        shown = Some(value);
+                    }
+                }
+            }
+        }
+        Ok((target, headers))
     }
 
     /// Refuses a request: audited as `egress.denied` (rate-charged), the run
@@ -310,66 +411,27 @@ impl Intercepted {
     ) -> Result<Response<ProxyBody>, Refusal> {
         let (mut parts, body) = req.into_parts();
         let method = parts.method.as_str().to_owned();
-        let invalid = |m: &str| Refusal::new(Code::InvalidDestination, m.to_owned());
         let raw_target = parts
             .uri
             .path_and_query()
-            .map(|p| p.as_str().to_owned())
-            .ok_or_else(|| invalid("send an origin-form request target (/path)"))?;
-        if parts.uri.authority().is_some() {
-            return Err(invalid("send an origin-form request target (/path)"));
-        }
-        if let Some(h) = parts.headers.get(header::HOST) {
-            let named = h
-                .to_str()
-                .ok()
-                .and_then(|h| h.parse::<hyper::http::uri::Authority>().ok())
-                .and_then(|a| normalise(a.host(), a.port_u16().unwrap_or(443)));
-            if named.as_ref() != Some(&self.dest) {
-                return Err(invalid(
-                    "the Host header must name the host of the connection",
-                ));
-            }
-        }
-        let target =
-            normalise_target(&raw_target, self.rule.case_insensitive_paths).map_err(invalid)?;
-        // What the hop carries goes before anything is decided: a header named in
-        // `Connection` must not vanish after policy read it.
-        strip_hop_by_hop(&mut parts.headers, false);
-        if let Some(h) = OVERRIDES.iter().find(|h| parts.headers.contains_key(**h)) {
-            return Err(invalid(&format!(
-                "{h}: a header that changes the method or path upstream is not relayed (policy decides the request line)"
-            )));
-        }
-        for h in FORWARDING {
-            parts.headers.remove(h);
-        }
-        if matches!(self.rule.auth, crate::backends::http::Auth::SigV4 { .. }) {
-            // What the signature will authorise must be what policy saw.
-            let unseen = parts.headers.keys().map(|n| n.as_str()).find(|n| {
-                n.starts_with("x-amz-")
-                    && !credential::SIGV4_OWN.contains(n)
-                    && !credential::is_descriptive_amz(n)
-                    && !self.rule.policy_headers.iter().any(|h| h == n)
-            });
-            if let Some(n) = unseen {
-                return Err(invalid(&format!(
-                    "{n} changes what a signed request does: the rule must show it to policy (policy_headers)"
-                )));
-            }
-        }
-        let audit = self.audit(&method, &target);
+            .map_or_else(|| parts.uri.to_string(), |p| p.as_str().to_owned());
 
-        // A placeholder anywhere but with its own run and rule is refused.
-        // (Header values as bytes: one that is not visible ASCII is searched
-        // too; the query decoded as well as written.)
+        // A placeholder anywhere but with its own run and rule is refused,
+        // first: a malformed request does not hide one. (Header values as
+        // bytes, the target as written and its query decoded.)
         let mut texts: Vec<String> = parts
             .headers
             .values()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .collect();
         texts.push(raw_target.clone());
-        texts.extend(target.query.iter().cloned());
+        if let Some((_, q)) = raw_target.split_once('?') {
+            texts.extend(q.split('&').map(|p| {
+                percent_encoding::percent_decode_str(p)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            }));
+        }
         let misused = texts.iter().flat_map(|t| placeholders_in(t)).any(|p| {
             self.gw.app.injection.placeholder_owner(p)
                 != Some((self.run.id.clone(), self.rule_name.clone()))
@@ -385,8 +447,27 @@ impl Intercepted {
                 Code::PlaceholderRefused,
                 "a placeholder is worth nothing here: it belongs to another API or run",
             );
+            let audit = self.audit(&method, &self.unparsed(&raw_target), None);
             return Err(self.refuse(audit, denial, r).await);
         }
+
+        // The request in its one spelling, and what policy reads of it; a
+        // request that has none is refused, audited like every refusal.
+        let (target, headers) = match self.check(&mut parts, &raw_target) {
+            Ok(checked) => checked,
+            Err(why) => {
+                let denial = Denial {
+                    reason: "invalid_request".into(),
+                    detail: Some(format!("why={why}")),
+                    metric: "invalid",
+                    end_run: false,
+                };
+                let audit = self.audit(&method, &self.unparsed(&raw_target), None);
+                let r = Refusal::new(Code::InvalidDestination, why);
+                return Err(self.refuse(audit, denial, r).await);
+            }
+        };
+        let audit = self.audit(&method, &target.decided, target.raw_query.as_deref());
         if !self.rule.covers(&method, &target.decided) {
             let denial = Denial {
                 reason: "not_covered".into(),
@@ -407,24 +488,25 @@ impl Intercepted {
         let app = &self.gw.app;
         let policy = app.policy();
         let resource = format!("{}:{}", self.rule_name, target.decided);
-        let res = admit::check_capability(&policy, &app.config.backends, &method, &resource)
-            .map_err(|r| invalid(&format!("{}: {}", r.code.as_str(), r.message)))?;
-        let headers: Vec<String> = self
-            .rule
-            .policy_headers
-            .iter()
-            .flat_map(|name| {
-                parts
-                    .headers
-                    .get_all(name.as_str())
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .map(move |v| format!("{name}={v}"))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let res = match admit::check_capability(&policy, &app.config.backends, &method, &resource) {
+            Ok(res) => res,
+            Err(r) => {
+                let denial = Denial {
+                    reason: "invalid_request".into(),
+                    detail: Some(format!("why={}", r.code.as_str())),
+                    metric: "invalid",
+                    end_run: false,
+                };
+                let r = Refusal::new(
+                    Code::InvalidDestination,
+                    format!("{}: {}", r.code.as_str(), r.message),
+                );
+                return Err(self.refuse(audit, denial, r).await);
+            }
+        };
         let arguments =
             serde_json::json!({ "host": self.host, "query": target.query, "headers": headers });
+        let invalid = |m: &str| Refusal::new(Code::InvalidDestination, m.to_owned());
         let now = app.clock.now();
         let request = crate::reauthorize::policy_request(
             &self.run,
