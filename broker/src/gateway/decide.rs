@@ -209,36 +209,12 @@ impl Gateway {
             }
         };
 
-        let mut rate = vec![server_rate(app, run)];
-        if let Some((r, policy_id)) = &constraints.rate {
-            rate.push(rate_charge(format!("run:{}:policy:{policy_id}", run.id), r));
-        }
-        let op = IssueCapability {
-            record: None,
-            rate,
-            audit,
-        };
-        match app.store.writer().record_issuance(op).await {
-            Ok(IssueOutcome::Denied) => {}
-            Ok(IssueOutcome::RunInactive(state)) => {
-                drop(conn); // never connected: no close row
-                app.injection.forget(&run.id);
-                return Err(Refusal::new(
-                    Code::RunEnded,
-                    format!("the run has {}", state.as_str()),
-                ));
-            }
-            Ok(_) => {
-                app.metrics.egress("deny", "rate");
-                return Err(Refusal::new(Code::LimitReached, "the run is over its rate"));
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot record an egress decision");
-                return Err(Refusal::new(
-                    Code::StoreUnavailable,
-                    "the decision cannot be recorded; nothing was connected",
-                ));
-            }
+        if let Err(refusal) = self
+            .record_allowed(run, audit, constraints.rate.as_ref())
+            .await
+        {
+            drop(conn); // never connected: no close row
+            return Err(refusal);
         }
         app.metrics.egress("allow", "policy");
         let port = dest.port;
@@ -249,6 +225,53 @@ impl Gateway {
                 .collect(),
             conn,
         })
+    }
+
+    /// Records an allowed decision (a connection, an injected request) before
+    /// anything goes upstream: rate-charged like a capability request (the
+    /// server's rate and the permit's `@rate`), audited, committed. A run the
+    /// store finds ended loses its injection session and its connections here.
+    pub(crate) async fn record_allowed(
+        &self,
+        run: &RunRecord,
+        audit: AuditEvent,
+        policy_rate: Option<&(crate::grammar::Rate, String)>,
+    ) -> Result<(), Refusal> {
+        let app = &self.app;
+        let mut rate = vec![server_rate(app, run)];
+        if let Some((r, policy_id)) = policy_rate {
+            rate.push(rate_charge(format!("run:{}:policy:{policy_id}", run.id), r));
+        }
+        let op = IssueCapability {
+            record: None,
+            rate,
+            audit,
+        };
+        match app.store.writer().record_issuance(op).await {
+            Ok(IssueOutcome::Denied) => Ok(()),
+            Ok(IssueOutcome::RunInactive(state)) => {
+                // Ended elsewhere (another replica, the sweeper).
+                app.injection.forget(&run.id);
+                if let Some(t) = self.traffic.get(&run.id) {
+                    t.cut_all();
+                }
+                Err(Refusal::new(
+                    Code::RunEnded,
+                    format!("the run has {}", state.as_str()),
+                ))
+            }
+            Ok(_) => {
+                app.metrics.egress("deny", "rate");
+                Err(Refusal::new(Code::LimitReached, "the run is over its rate"))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot record an egress decision");
+                Err(Refusal::new(
+                    Code::StoreUnavailable,
+                    "the decision cannot be recorded; nothing went upstream",
+                ))
+            }
+        }
     }
 
     /// `net:HOST:PORT` as policy and the audit name `dest`.

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
+pub(super) fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
     let mut resp = Response::new(ProxyBody::text(r.body()));
     *resp.status_mut() = r.code.status();
     let h = resp.headers_mut();
@@ -231,7 +231,7 @@ const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<String> = headers
         .get_all(header::CONNECTION)
         .iter()

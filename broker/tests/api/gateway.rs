@@ -7,6 +7,7 @@
 
 use crate::support::app::{Db, DbBackends, Extra, TestApp};
 use crate::support::dns::Dns;
+use crate::support::egress::{audit_rows, code};
 use crate::support::postgres::PgFixture;
 use crate::support::upstream::{TestCa, Upstream};
 use serde_json::Value;
@@ -187,30 +188,6 @@ async fn raw(gateway: SocketAddr, request: &str) -> (u16, String) {
 
 fn connect_req(target: &str, token: &str) -> String {
     format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Bearer {token}\r\nConnection: close\r\n\r\n")
-}
-
-fn code(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("(no JSON error in {body:?})"))
-}
-
-/// Audit rows of `event` for the run, after the background writes settle.
-async fn audit_rows(app: &TestApp, run_id: &str, event: &str, at_least: usize) -> Vec<Value> {
-    for _ in 0..100 {
-        let rows: Vec<Value> = app
-            .audit(&format!("run={run_id}&event={event}&limit=500"))
-            .await
-            .into_iter()
-            .filter(|r| r["event"] == event)
-            .collect();
-        if rows.len() >= at_least {
-            return rows;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("fewer than {at_least} {event} rows for run {run_id}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,7 @@
 
 use crate::support::app::{Db, Extra, TestApp};
 use crate::support::dns::Dns;
+use crate::support::egress::{audit_rows, code};
 use crate::support::moto::{moto, EXTERNAL_ID, ROLE};
 use crate::support::upstream::{tls_front, TestCa, Upstream};
 use serde_json::{json, Value};
@@ -245,29 +246,6 @@ async fn curl(e: &Env, token: &str, ca: &std::path::Path, url: &str, extra: &[&s
         status: status.to_owned(),
         body: format!("{body}{}", String::from_utf8_lossy(&out.stderr)),
     }
-}
-
-fn code(body: &str) -> String {
-    serde_json::from_str::<Value>(body.trim())
-        .ok()
-        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("(no JSON error in {body:?})"))
-}
-
-async fn audit_rows(app: &TestApp, run_id: &str, event: &str, at_least: usize) -> Vec<Value> {
-    for _ in 0..100 {
-        let rows: Vec<Value> = app
-            .audit(&format!("run={run_id}&event={event}&limit=500"))
-            .await
-            .into_iter()
-            .filter(|r| r["event"] == event)
-            .collect();
-        if rows.len() >= at_least {
-            return rows;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("fewer than {at_least} {event} rows for run {run_id}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

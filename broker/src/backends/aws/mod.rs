@@ -66,6 +66,42 @@ impl AwsStsBackend {
         })
     }
 
+    /// One `AssumeRole` of the backend's role for `user`'s `run` and `task`:
+    /// the session tags and SourceIdentity that make every CloudTrail line
+    /// attributable, the session policy and the duration given.
+    async fn assume(
+        &self,
+        session_name: &str,
+        policy: String,
+        duration: i64,
+        user: &str,
+        run: &str,
+        task: &str,
+    ) -> Result<aws_sdk_sts::operation::assume_role::AssumeRoleOutput, BackendError> {
+        let tags = [
+            ("tessera:user", user),
+            ("tessera:run", run),
+            ("tessera:task", task),
+        ]
+        .into_iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| BackendError::Unavailable(format!("building session tags: {e}")))?;
+        self.clients
+            .sts
+            .assume_role()
+            .role_arn(&self.cfg.role_arn)
+            .role_session_name(session_name)
+            .policy(policy)
+            .duration_seconds(i32::try_from(duration).unwrap_or(MIN_SESSION_SECS as i32))
+            .set_external_id(self.cfg.external_id.clone())
+            .source_identity(user)
+            .set_tags(Some(tags))
+            .send()
+            .await
+            .map_err(|e| classify("AssumeRole", &e))
+    }
+
     /// The region the backend's role is used in.
     pub fn region(&self) -> &str {
         &self.cfg.region
@@ -105,29 +141,9 @@ impl AwsStsBackend {
         })?;
         let max = self.cfg.max_session_duration.as_secs() as i64;
         let duration = (run_expires_at - now).clamp(MIN_SESSION_SECS, max);
-        let tags = [
-            ("tessera:user", user),
-            ("tessera:run", run),
-            ("tessera:task", task),
-        ]
-        .into_iter()
-        .map(|(k, v)| Tag::builder().key(k).value(v).build())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| BackendError::Unavailable(format!("building session tags: {e}")))?;
         let out = self
-            .clients
-            .sts
-            .assume_role()
-            .role_arn(&self.cfg.role_arn)
-            .role_session_name(&session_name)
-            .policy(policy)
-            .duration_seconds(i32::try_from(duration).unwrap_or(MIN_SESSION_SECS as i32))
-            .set_external_id(self.cfg.external_id.clone())
-            .source_identity(user)
-            .set_tags(Some(tags))
-            .send()
-            .await
-            .map_err(|e| classify("AssumeRole", &e))?;
+            .assume(&session_name, policy, duration, user, run, task)
+            .await?;
         let creds = out.credentials().ok_or_else(|| {
             BackendError::Unavailable("AssumeRole returned no credentials".into())
         })?;
@@ -179,29 +195,9 @@ impl AwsStsBackend {
         })?;
         let max = self.cfg.max_session_duration.as_secs() as i64;
         let duration = (c.exp - grant.now).clamp(MIN_SESSION_SECS, max);
-        let tags = [
-            ("tessera:user", &c.sub),
-            ("tessera:run", &c.run),
-            ("tessera:task", &c.task),
-        ]
-        .into_iter()
-        .map(|(k, v)| Tag::builder().key(k).value(v.as_str()).build())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| BackendError::Unavailable(format!("building session tags: {e}")))?;
         let out = self
-            .clients
-            .sts
-            .assume_role()
-            .role_arn(&self.cfg.role_arn)
-            .role_session_name(&session_name)
-            .policy(policy)
-            .duration_seconds(i32::try_from(duration).unwrap_or(MIN_SESSION_SECS as i32))
-            .set_external_id(self.cfg.external_id.clone())
-            .source_identity(&c.sub)
-            .set_tags(Some(tags))
-            .send()
-            .await
-            .map_err(|e| classify("AssumeRole", &e))?;
+            .assume(&session_name, policy, duration, &c.sub, &c.run, &c.task)
+            .await?;
         if let Some(used) = out.session_token_utilization() {
             if used >= 90 {
                 tracing::warn!(

@@ -16,23 +16,22 @@
 
 use super::credential::{self, Outgoing};
 use super::sessions::{placeholders_in, RunSession};
-use crate::api::capabilities::{rate_charge, server_rate};
 use crate::audit::{events, AuditEvent};
 use crate::backends::http::grammar::{normalise_target, Target};
 use crate::backends::http::HttpConfig;
 use crate::backends::net::grammar::{normalise, Destination};
 use crate::gateway::body::{Direction, ProxyBody};
 use crate::gateway::decide::{Allowed, Denial};
+use crate::gateway::proxy::{refusal_response, strip_hop_by_hop};
 use crate::gateway::refusal::{Code, Refusal};
 use crate::gateway::traffic::{Conn, Cut};
 use crate::gateway::Gateway;
 use crate::policy::{admit, PolicyDecision};
-use crate::store::capabilities::{IssueCapability, IssueOutcome};
 use crate::store::runs::RunRecord;
 use crate::store::writer::AppendAudit;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::net::SocketAddr;
@@ -179,16 +178,6 @@ fn copy_source(value: &str) -> Result<String, String> {
     })
 }
 
-fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
-    let mut resp = Response::new(ProxyBody::text(r.body()));
-    *resp.status_mut() = r.code.status();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
 /// Headers some frameworks read as the real method or path: policy decided the
 /// request line, so a request carrying one is refused.
 const OVERRIDES: [&str; 6] = [
@@ -210,34 +199,6 @@ const FORWARDING: [&str; 6] = [
     "x-forwarded-prefix",
     "x-real-ip",
 ];
-
-/// Request headers that belong to the hop between the tool and the gateway.
-const HOP_BY_HOP: [&str; 7] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "upgrade",
-    "transfer-encoding",
-];
-
-fn strip_hop_by_hop(headers: &mut HeaderMap, keep_transfer_encoding: bool) {
-    let named: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_ascii_lowercase())
-        .filter(|s| !s.is_empty())
-        .collect();
-    for h in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(named) {
-        if keep_transfer_encoding && h == "transfer-encoding" {
-            continue;
-        }
-        headers.remove(h.as_str());
-    }
-}
 
 impl Intercepted {
     /// The `Host` the upstream is sent: the name, and the port unless 443.
@@ -348,7 +309,9 @@ impl Intercepted {
         let target = normalise_target(raw_target, self.rule.case_insensitive_paths)?;
         // What the hop carries goes before anything is decided: a header named in
         // `Connection` must not vanish after policy read it.
-        strip_hop_by_hop(&mut parts.headers, false);
+        strip_hop_by_hop(&mut parts.headers);
+        // The hop's framing too: the client side re-frames the body.
+        parts.headers.remove(header::TRANSFER_ENCODING);
         if let Some(h) = OVERRIDES.iter().find(|h| parts.headers.contains_key(**h)) {
             return Err(format!(
                 "{h}: a header that changes the method or path upstream is not relayed (policy decides the request line)"
@@ -554,41 +517,9 @@ impl Intercepted {
             audit.detail.unwrap_or_default(),
             policies.join(",")
         ));
-        let mut rate = vec![server_rate(app, &self.run)];
-        if let Some((r, policy_id)) = &constraints.rate {
-            rate.push(rate_charge(
-                format!("run:{}:policy:{policy_id}", self.run.id),
-                r,
-            ));
-        }
-        let op = IssueCapability {
-            record: None,
-            rate,
-            audit: audit.clone(),
-        };
-        match app.store.writer().record_issuance(op).await {
-            Ok(IssueOutcome::Denied) => {}
-            Ok(IssueOutcome::RunInactive(state)) => {
-                // Ended elsewhere (another replica): its session dies here too.
-                app.injection.forget(&self.run.id);
-                self.conn.run().cut_all();
-                return Err(Refusal::new(
-                    Code::RunEnded,
-                    format!("the run has {}", state.as_str()),
-                ));
-            }
-            Ok(_) => {
-                app.metrics.egress("deny", "rate");
-                return Err(Refusal::new(Code::LimitReached, "the run is over its rate"));
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot record an injected request");
-                return Err(Refusal::new(
-                    Code::StoreUnavailable,
-                    "the decision cannot be recorded; nothing was sent",
-                ));
-            }
-        }
+        self.gw
+            .record_allowed(&self.run, audit.clone(), constraints.rate.as_ref())
+            .await?;
         app.metrics.egress("allow", "request");
 
         // Decided and recorded: now the request as it will be sent.
@@ -705,7 +636,7 @@ impl Intercepted {
         let resp = self.send(upstream_req).await?;
         let (mut parts, body) = resp.into_parts();
         tally.status.store(parts.status.as_u16(), Ordering::Relaxed);
-        strip_hop_by_hop(&mut parts.headers, true);
+        strip_hop_by_hop(&mut parts.headers);
         if !self.rule.cookies {
             // A session the API opens on the injected credential would outlive
             // the run in the tool's hands.
