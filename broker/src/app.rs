@@ -60,6 +60,8 @@ pub struct App {
     witness: std::sync::OnceLock<Option<reqwest::Client>>,
     /// Credential injection's per-run CAs and placeholders (`gateway::inject`).
     pub injection: crate::gateway::inject::Sessions,
+    /// DPoP proof checks, their replay cache and nonces (`dpop`).
+    pub dpop: crate::dpop::Dpop,
 }
 
 impl App {
@@ -109,12 +111,18 @@ impl App {
                 }
                 BackendConfig::Net(_) => Arc::new(NetBackend),
                 BackendConfig::Http(_) => Arc::new(HttpBackend),
+                BackendConfig::OAuthResource(_) => {
+                    Arc::new(crate::backends::oauth::OAuthResourceBackend)
+                }
             };
             backends.insert(name.clone(), backend);
         }
         let injection = crate::gateway::inject::Sessions::new(&config);
+        let dpop =
+            crate::dpop::Dpop::new(config.oauth.issuer.clone(), config.oauth.dpop_nonce, &kek);
         Ok(Arc::new(App {
             injection,
+            dpop,
             config,
             store,
             kek,

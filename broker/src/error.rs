@@ -17,6 +17,8 @@ pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
     pub retry_after: Option<u64>,
+    /// `WWW-Authenticate` and `DPoP-Nonce`, where the refusal needs them.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl ApiError {
@@ -26,6 +28,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            headers: Vec::new(),
         }
     }
 
@@ -104,6 +107,11 @@ impl IntoResponse for ApiError {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut()
                     .insert(axum::http::header::RETRY_AFTER, v);
+            }
+        }
+        for (name, value) in &self.headers {
+            if let Ok(v) = HeaderValue::from_str(value) {
+                resp.headers_mut().insert(*name, v);
             }
         }
         resp.extensions_mut().insert(self);

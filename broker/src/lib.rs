@@ -20,6 +20,7 @@ pub mod capability;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod dpop;
 pub mod error;
 pub mod failpoint;
 pub mod gateway;

@@ -12,7 +12,7 @@
 use crate::backends::database::{self, DbKind};
 use crate::backends::grammar::Invalid;
 use crate::backends::settings::BackendConfig;
-use crate::backends::{aws, http, net, token};
+use crate::backends::{aws, http, net, oauth, token};
 use std::collections::BTreeMap;
 use tessera_client::types::ErrorCode;
 
@@ -84,6 +84,7 @@ pub fn wildcards(kind: &str) -> &'static [char] {
         "postgres" | "mysql" => database::WILDCARDS,
         "net" => net::grammar::WILDCARDS,
         "http" => http::grammar::WILDCARDS,
+        "oauth-resource" => oauth::grammar::WILDCARDS,
         _ => token::grammar::WILDCARDS,
     }
 }
@@ -104,6 +105,7 @@ pub fn inclusion_grants(kind: &str) -> bool {
         "postgres" | "mysql" => database::INCLUSION_GRANTS,
         "net" => net::grammar::INCLUSION_GRANTS,
         "http" => http::grammar::INCLUSION_GRANTS,
+        "oauth-resource" => oauth::grammar::INCLUSION_GRANTS,
         _ => token::grammar::INCLUSION_GRANTS,
     }
 }
@@ -134,6 +136,9 @@ pub fn parse<'a>(
         BackendConfig::Mysql(db) => database::check_resource(DbKind::Mysql, db, path, action),
         BackendConfig::Net(n) => net::grammar::check_resource(path, action, n.actions.as_deref()),
         BackendConfig::Http(h) => http::grammar::check_resource(path, action, h.actions.as_deref()),
+        BackendConfig::OAuthResource(r) => {
+            oauth::grammar::check_resource(path, action, &r.resource, &r.scopes)
+        }
     }?;
     Ok(Resource {
         backend,

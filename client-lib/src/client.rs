@@ -12,11 +12,13 @@
 //! 404) never is — asking again would not change it.
 
 use crate::credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchanged};
+use crate::dpop::DpopKey;
 use crate::error::Error;
 use crate::types::{
     Approval, ApprovalPending, ApprovalStatus, CapabilityRequest, CapabilityResponse, ErrorBody,
-    ExchangeRequest, ExchangeResponse, GatewaySession, RenewHoldsRequest, RenewHoldsResponse,
-    RevokeCapabilityResponse,
+    ExchangeRequest, ExchangeResponse, GatewaySession, OAuthError, RenewHoldsRequest,
+    RenewHoldsResponse, RevokeCapabilityResponse, TokenExchangeResponse, GRANT_TYPE_TOKEN_EXCHANGE,
+    RUN_TOKEN_TYPE,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
@@ -98,6 +100,8 @@ struct Inner {
     run_token: SecretString,
     retry: RetryPolicy,
     timeout: Duration,
+    /// With DPoP on: the key every capability and access token is bound to.
+    dpop: Option<Arc<DpopKey>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -122,6 +126,7 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     proxy_from_env: bool,
     insecure_http: bool,
+    dpop: bool,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -146,6 +151,7 @@ impl Default for ClientBuilder {
             retry: RetryPolicy::default(),
             proxy_from_env: false,
             insecure_http: false,
+            dpop: false,
         }
     }
 }
@@ -282,6 +288,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Bind every capability and access token this client gets to a DPoP key
+    /// (RFC 9449) made now and kept in memory: a copied token is useless
+    /// without it. Needs the broker's `[oauth] issuer` to be its address.
+    pub fn dpop(mut self, yes: bool) -> Self {
+        self.dpop = yes;
+        self
+    }
+
     pub fn build(self) -> Result<Client, Error> {
         let base = self
             .base
@@ -313,6 +327,11 @@ impl ClientBuilder {
                 run_token,
                 retry: self.retry,
                 timeout: self.timeout,
+                dpop: if self.dpop {
+                    Some(Arc::new(DpopKey::generate().map_err(Error::Config)?))
+                } else {
+                    None
+                },
             }),
         })
     }
@@ -546,6 +565,7 @@ impl Client {
             ));
         };
         b = b
+            .dpop(env("TESSERA_DPOP").as_deref() == Some("1"))
             .proxy_from_env(env("TESSERA_USE_PROXY").as_deref() == Some("1"))
             .insecure_http(env("TESSERA_INSECURE_HTTP").as_deref() == Some("1"));
         if let Some(ca) = env("TESSERA_CA_FILE") {
@@ -590,7 +610,12 @@ impl Client {
             ..CapabilityRequest::new(action, resource)
         };
         let pending = match self
-            .send::<_, Asked>("/v1/capabilities", Some(&body), Bearer::Run)
+            .send_with::<_, Asked>(
+                "/v1/capabilities",
+                Payload::Json(&body),
+                Bearer::Run,
+                Proof::Bind,
+            )
             .await?
         {
             Asked::Issued(r) => return Ok(Capability::new(r, action, resource)),
@@ -636,7 +661,12 @@ impl Client {
         }
         body.approval_id = Some(id);
         match self
-            .send::<_, Asked>("/v1/capabilities", Some(&body), Bearer::Run)
+            .send_with::<_, Asked>(
+                "/v1/capabilities",
+                Payload::Json(&body),
+                Bearer::Run,
+                Proof::Bind,
+            )
             .await?
         {
             Asked::Issued(r) => Ok(Capability::new(r, action, resource)),
@@ -720,7 +750,14 @@ impl Client {
         let body = ExchangeRequest {
             capability: cap.token().to_owned(),
         };
-        let r: ExchangeResponse = self.send("/v1/exchange", Some(&body), Bearer::None).await?;
+        let r: ExchangeResponse = self
+            .send_with(
+                "/v1/exchange",
+                Payload::Json(&body),
+                Bearer::None,
+                Proof::Present(cap.token()),
+            )
+            .await?;
         Ok(Exchanged::from(r))
     }
 
@@ -793,29 +830,117 @@ impl Client {
         DatabaseCredentials::from_exchange(cap, ex)
     }
 
+    /// An OAuth access token for the protected resource `resource` (its URL)
+    /// with one `scope`, by RFC 8693 token exchange of this run's token at
+    /// `POST /oauth/token`; bound to this client's DPoP key when DPoP is on
+    /// (then call [`Client::dpop_proof`] for each request to the resource).
+    pub async fn access_token(&self, resource: &str, scope: &str) -> Result<AccessToken, Error> {
+        let form: String = [
+            ("grant_type", GRANT_TYPE_TOKEN_EXCHANGE),
+            ("subject_token", self.inner.run_token.expose_secret()),
+            ("subject_token_type", RUN_TOKEN_TYPE),
+            ("resource", resource),
+            ("scope", scope),
+        ]
+        .iter()
+        .map(|(k, v)| format!("{k}={}", form_escape(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+        let r: TokenExchangeResponse = self
+            .send_with::<(), _>(
+                "/oauth/token",
+                Payload::Form(form),
+                Bearer::None,
+                Proof::Bind,
+            )
+            .await?;
+        Ok(AccessToken {
+            token: SecretString::from(r.access_token),
+            token_type: r.token_type,
+            expires_in: Duration::from_secs(u64::try_from(r.expires_in).unwrap_or(0)),
+            scope: r.scope,
+        })
+    }
+
+    /// A DPoP proof for `method` on `url` presenting `token` (for a resource
+    /// server that an access token from [`Client::access_token`] is bound
+    /// for); `None` when DPoP is off.
+    pub fn dpop_proof(&self, method: &str, url: &str, token: &AccessToken) -> Option<String> {
+        let key = self.inner.dpop.as_ref()?;
+        Some(key.proof(method, url, Some(token.token.expose_secret())))
+    }
+
+    /// The thumbprint of this client's DPoP key (`cnf.jkt` of what it binds).
+    pub fn dpop_thumbprint(&self) -> Option<&str> {
+        self.inner.dpop.as_ref().map(|k| k.thumbprint())
+    }
+
     async fn send<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,
         body: Option<&B>,
         bearer: Bearer,
     ) -> Result<T, Error> {
+        let payload = match body {
+            Some(b) => Payload::Json(b),
+            None => Payload::None,
+        };
+        self.send_with(path, payload, bearer, Proof::None).await
+    }
+
+    async fn send_with<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Payload<'_, B>,
+        bearer: Bearer,
+        proof: Proof<'_>,
+    ) -> Result<T, Error> {
         let inner = &self.inner;
         let url = format!("{}{path}", inner.base);
         let mut waited = Duration::ZERO;
         let mut retry = 0u32;
+        let mut nonce_retried = false;
         loop {
             let mut req = inner.http.post(&url);
             if let Bearer::Run = bearer {
                 req = req.bearer_auth(inner.run_token.expose_secret());
             }
-            if let Some(b) = body {
-                req = req.json(b);
+            match &body {
+                Payload::Json(b) => req = req.json(b),
+                Payload::Form(f) => {
+                    req = req
+                        .header("content-type", "application/x-www-form-urlencoded")
+                        .body(f.clone())
+                }
+                Payload::None => {}
+            }
+            if let Some(key) = &inner.dpop {
+                match proof {
+                    Proof::None => {}
+                    Proof::Bind => req = req.header("dpop", key.proof("POST", &url, None)),
+                    Proof::Present(t) => req = req.header("dpop", key.proof("POST", &url, Some(t))),
+                }
             }
             let err = match req.send().await {
-                Ok(resp) => match decode::<T>(resp).await {
-                    Ok(v) => return Ok(v),
-                    Err(e) => e,
-                },
+                Ok(resp) => {
+                    if let (Some(key), Some(n)) = (
+                        &inner.dpop,
+                        resp.headers()
+                            .get("dpop-nonce")
+                            .and_then(|v| v.to_str().ok()),
+                    ) {
+                        key.set_nonce(n);
+                    }
+                    match decode::<T>(resp).await {
+                        Ok(v) => return Ok(v),
+                        // RFC 9449 §8: once, with the nonce just received.
+                        Err(e) if e.code() == Some("use_dpop_nonce") && !nonce_retried => {
+                            nonce_retried = true;
+                            continue;
+                        }
+                        Err(e) => e,
+                    }
+                }
                 Err(e) if e.is_connect() => Error::Unavailable {
                     code: None,
                     message: format!("cannot connect to {}: {}", inner.base, short(&e)),
@@ -853,6 +978,69 @@ enum Bearer {
     None,
 }
 
+enum Payload<'a, B> {
+    None,
+    Json(&'a B),
+    Form(String),
+}
+
+/// What DPoP proof a request carries when the client has a key.
+#[derive(Clone, Copy)]
+enum Proof<'a> {
+    None,
+    /// Ask for what is issued to be bound to the key.
+    Bind,
+    /// Present this bound token.
+    Present(&'a str),
+}
+
+/// `application/x-www-form-urlencoded` escaping of one value.
+fn form_escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// An OAuth access token for one protected resource.
+pub struct AccessToken {
+    token: SecretString,
+    /// `Bearer`, or `DPoP` when bound to the client's key.
+    pub token_type: String,
+    pub expires_in: Duration,
+    pub scope: String,
+}
+
+impl AccessToken {
+    /// The token (a secret: send it only to its resource).
+    pub fn token(&self) -> &str {
+        self.token.expose_secret()
+    }
+
+    /// `Authorization` header value: `Bearer <t>` or `DPoP <t>`.
+    pub fn authorization(&self) -> String {
+        format!("{} {}", self.token_type, self.token.expose_secret())
+    }
+}
+
+impl std::fmt::Debug for AccessToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessToken")
+            .field("token", &"[redacted]")
+            .field("token_type", &self.token_type)
+            .field("expires_in", &self.expires_in)
+            .field("scope", &self.scope)
+            .finish()
+    }
+}
+
 /// reqwest's error with its causes (the OS's "Connection refused", a TLS
 /// alert, a DNS failure), not only its own "error sending request", kept
 /// short. No part of a request's body or headers is in these texts.
@@ -886,6 +1074,15 @@ pub(crate) async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> Resu
     if status.is_success() {
         return serde_json::from_slice(&bytes)
             .map_err(|e| Error::Protocol(format!("{status}: {e}")));
+    }
+    if let Ok(o) = serde_json::from_slice::<OAuthError>(&bytes) {
+        return Err(Error::from_response(
+            status.as_u16(),
+            o.code,
+            o.error_description,
+            o.request_id,
+            retry_after,
+        ));
     }
     match serde_json::from_slice::<ErrorBody>(&bytes) {
         Ok(b) => Err(Error::from_response(

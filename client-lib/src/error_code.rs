@@ -175,6 +175,10 @@ codes! {
     UserNotAwsCompatible = "user_not_aws_compatible",
     /// (400) At `/v1/exchange` on `aws-sts`: the run's task cannot be expressed as STS session tags.
     RunNotAwsCompatible = "run_not_aws_compatible",
+    /// (400/401) A `DPoP` proof is malformed, signed by another key than the one its token is bound to, for another method or URL, outside its one-minute `iat` window, over another token (`ath`), replayed, or missing where the token is bound to a key (RFC 9449).
+    InvalidDpopProof = "invalid_dpop_proof",
+    /// (400/401) The broker requires DPoP proofs to carry its nonce (`[oauth] dpop_nonce`): retry once with the value of the `DPoP-Nonce` response header as the proof's `nonce`.
+    UseDpopNonce = "use_dpop_nonce",
     /// (421) The `Host` header names no host this broker answers for (`http.allowed_hosts`; a loopback broker answers only loopback names).
     HostNotAllowed = "host_not_allowed",
     /// (503) The request took longer than `http.request_timeout`; the connection is closed.

@@ -42,6 +42,7 @@
 mod approval_types;
 pub mod arguments;
 pub mod error_code;
+mod oauth_types;
 #[cfg(feature = "openapi")]
 pub mod schema;
 pub mod types;
@@ -52,6 +53,8 @@ mod admin;
 mod client;
 #[cfg(feature = "client")]
 mod credentials;
+#[cfg(feature = "client")]
+pub mod dpop;
 #[cfg(feature = "client")]
 mod error;
 #[cfg(feature = "client")]
@@ -64,7 +67,8 @@ pub mod aws;
 pub use admin::{AdminClient, AdminClientBuilder};
 #[cfg(feature = "client")]
 pub use client::{
-    broker_address, check_transport, Ask, Client, ClientBuilder, RetryPolicy, RUN_TOKEN_PREFIX,
+    broker_address, check_transport, AccessToken, Ask, Client, ClientBuilder, RetryPolicy,
+    RUN_TOKEN_PREFIX,
 };
 #[cfg(feature = "client")]
 pub use credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchanged};

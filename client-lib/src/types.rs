@@ -7,6 +7,7 @@
 
 pub use crate::approval_types::*;
 pub use crate::error_code::ErrorCode;
+pub use crate::oauth_types::*;
 #[cfg(feature = "openapi")]
 pub use crate::schema::DurationSchema;
 use serde::{Deserialize, Serialize};

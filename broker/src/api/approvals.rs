@@ -28,8 +28,6 @@ use crate::store::approvals::{
 use crate::store::approvers::ApproverRecord;
 use crate::store::runs::{RunRecord, RunState};
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,12 +43,12 @@ const POLL_EVERY: Duration = Duration::from_secs(1);
 
 /// Opens an approval for `record` (or returns the open one for the same
 /// request): the 202 of `POST /v1/capabilities`.
-pub(super) async fn open(
+pub(crate) async fn open(
     app: &AppState,
     run: &RunRecord,
     record: ApprovalRecord,
     mut audit: AuditEvent,
-) -> Result<Response, ApiError> {
+) -> Result<ApprovalPending, ApiError> {
     audit.event = events::APPROVAL_REQUESTED;
     audit.decision = "pending";
     audit.detail = Some(format!(
@@ -101,7 +99,7 @@ pub(super) async fn open(
         args: record.args_hash.clone(),
         approval_id: record.id,
     };
-    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+    Ok(body)
 }
 
 fn rules(described: &str) -> Vec<ApprovalRule> {

@@ -17,6 +17,7 @@ use super::refusals;
 use crate::api::openapi::{refusals, IdPath};
 use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
+use crate::backends::token::ACCESS_TOKEN_TYP;
 use crate::capability::{CapabilityClaims, CAPABILITY_TYP};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
@@ -34,7 +35,7 @@ use crate::store::capabilities::{
 use crate::store::holds::RenewHolds;
 use crate::store::runs::{RunRecord, RunState};
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
@@ -55,7 +56,7 @@ pub(crate) fn rate_charge(bucket: String, rate: &Rate) -> RateCharge {
 }
 
 refusals!(RequestCapabilityRefusals {
-    400 => [InvalidRequest, InvalidJson, InvalidAction, InvalidResource, UnknownBackend, InvalidTtl, UnknownAction, InvalidHold, InvalidSlot, InvalidArguments],
+    400 => [InvalidRequest, InvalidJson, InvalidAction, InvalidResource, UnknownBackend, InvalidTtl, UnknownAction, InvalidHold, InvalidSlot, InvalidArguments, InvalidDpopProof, UseDpopNonce],
     401 => [Unauthenticated],
     403 => [CapabilityDenied, WildcardOverlapsForbid, WildcardOverlapsApproval, WildcardNotCovered, ApprovalDenied, ApprovalExpired, ApprovalMismatch, RunEnded, RunExpired],
     404 => [UnknownApproval],
@@ -103,6 +104,7 @@ pub async fn request(
     State(app): State<AppState>,
     RunCaller(run): RunCaller,
     RequestId(rid): RequestId,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<CapabilityRequest>,
 ) -> Result<Response, ApiError> {
     let now = app.clock.now();
@@ -110,6 +112,62 @@ pub async fn request(
     if state != RunState::Active {
         return Err(refusals::run_inactive(state));
     }
+    let jkt = app
+        .dpop
+        .check(&headers, "POST", "/v1/capabilities", None, now)
+        .map_err(|e| refusals::dpop(&app.dpop, e, false, now))?;
+    let grant = Grant {
+        jkt,
+        form: Form::Capability,
+    };
+    Ok(match issue(&app, run, rid, &req, grant).await? {
+        Outcome::Issued(i) => (StatusCode::CREATED, Json(i.response)).into_response(),
+        Outcome::Pending(p) => (StatusCode::ACCEPTED, Json(p)).into_response(),
+    })
+}
+
+/// What the signed grant is: a capability (exchanged at `/v1/exchange`), or an
+/// OAuth access token for a protected resource (`POST /oauth/token`).
+pub(crate) enum Form {
+    Capability,
+    AccessToken {
+        /// The oauth-resource's URL: the token's `aud`.
+        audience: String,
+        /// The backend's `max_ttl`, on top of the policy's.
+        max_ttl: Duration,
+        /// The OAuth issuer: the token's `iss`.
+        issuer: String,
+    },
+}
+
+/// How a request is to be granted: its form and the DPoP key it is bound to.
+pub(crate) struct Grant {
+    pub jkt: Option<String>,
+    pub form: Form,
+}
+
+pub(crate) struct Issued {
+    pub response: CapabilityResponse,
+    pub expires_at: i64,
+}
+
+pub(crate) enum Outcome {
+    Issued(Issued),
+    /// A human must approve first.
+    Pending(ApprovalPending),
+}
+
+/// Decides a request of an active run and, if policy grants it, signs and
+/// records it in the grant's form: the one path capabilities and OAuth access
+/// tokens take, so both are decided, limited and audited alike.
+pub(crate) async fn issue(
+    app: &AppState,
+    run: Arc<RunRecord>,
+    rid: String,
+    req: &CapabilityRequest,
+    grant: Grant,
+) -> Result<Outcome, ApiError> {
+    let now = app.clock.now();
     let policy = app.policy();
     let res = admit::check_capability(&policy, &app.config.backends, &req.action, &req.resource)
         .map_err(|r| ApiError::bad_request(r.code, r.message))?;
@@ -118,6 +176,18 @@ pub async fn request(
             ErrorCode::InvalidResource,
             "net destinations are decided per connection by the egress gateway; \
              no capability is issued for them",
+        ));
+    }
+    let is_token = matches!(grant.form, Form::AccessToken { .. });
+    if (res.kind == "oauth-resource") != is_token {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidResource,
+            if is_token {
+                "not an oauth-resource backend"
+            } else {
+                "access tokens for an oauth-resource are issued at POST /oauth/token \
+                 (RFC 8693 token exchange); no capability is issued for them"
+            },
         ));
     }
     let requested_ttl = req
@@ -212,7 +282,7 @@ pub async fn request(
             ));
             app.metrics.capability("denied");
             let refusal = refusals::denied(rule);
-            return Err(record_refusal(&app, &run, audit, refusal).await);
+            return Err(record_refusal(app, &run, audit, refusal).await);
         }
         PolicyDecision::Allow {
             policies,
@@ -247,7 +317,9 @@ pub async fn request(
                 decided_at: None,
                 capability_id: None,
             };
-            return super::approvals::open(&app, &run, record, audit).await;
+            return super::approvals::open(app, &run, record, audit)
+                .await
+                .map(Outcome::Pending);
         };
         let found = approvals::get(&app.store, approval_id)
             .await?
@@ -273,7 +345,7 @@ pub async fn request(
             audit.reason = Some(refusal.code.as_str().to_owned());
             audit.detail = Some(format!("approval={approval_id}"));
             app.metrics.capability("refused");
-            return Err(record_refusal(&app, &run, audit, refusal).await);
+            return Err(record_refusal(app, &run, audit, refusal).await);
         }
         // The hash binds `{}` when there were no arguments; the recorded arguments
         // stay as asked, so re-authorization decides the request as it was made.
@@ -282,14 +354,14 @@ pub async fn request(
     }
 
     let issued = sign_and_record(
-        &app,
+        app,
         &run,
-        &req,
+        req,
         res.backend,
         &policies,
         &constraints,
         (requested_ttl, hold),
-        bound,
+        (bound, grant),
         now,
         audit,
     )
@@ -299,7 +371,7 @@ pub async fn request(
         Err(e) if e.code == ErrorCode::RateLimited => app.metrics.capability("rate_limited"),
         Err(_) => app.metrics.capability("refused"),
     }
-    issued.map(IntoResponse::into_response)
+    issued.map(Outcome::Issued)
 }
 
 /// What a capability is bound to beyond its action and resource.
@@ -385,13 +457,16 @@ async fn sign_and_record(
     policies: &[String],
     constraints: &crate::policy::Constraints,
     (requested_ttl, hold_secs): (Option<Duration>, Option<i64>),
-    bound: Bound,
+    (bound, grant): (Bound, Grant),
     now: i64,
     mut audit: AuditEvent,
-) -> Result<(StatusCode, Json<CapabilityResponse>), ApiError> {
+) -> Result<Issued, ApiError> {
     // One rule for what a capability gets, shared with `tessera policy explain/test`.
     let effective = Effective::new(constraints, &app.config.limits, requested_ttl);
-    let expires_at = (now + effective.ttl.value.as_secs() as i64).min(run.expires_at);
+    let mut expires_at = (now + effective.ttl.value.as_secs() as i64).min(run.expires_at);
+    if let Form::AccessToken { max_ttl, .. } = &grant.form {
+        expires_at = expires_at.min(now + max_ttl.as_secs() as i64);
+    }
     // An approved capability is single-use unless a gated permit's @uses says otherwise.
     let uses = if bound.approval.is_some() {
         constraints.approved_uses(effective.uses.value)
@@ -419,10 +494,19 @@ async fn sign_and_record(
         act: req.action.clone(),
         res: req.resource.clone(),
         uses,
-        cnf: None,
+        cnf: grant.jkt.as_ref().map(|j| serde_json::json!({ "jkt": j })),
         args: bound.args_hash.clone(),
     };
-    let token = jwt::encode(&keys.active, CAPABILITY_TYP, &claims);
+    let token = match &grant.form {
+        Form::Capability => jwt::encode(&keys.active, CAPABILITY_TYP, &claims),
+        Form::AccessToken {
+            audience, issuer, ..
+        } => jwt::encode(
+            &keys.active,
+            ACCESS_TOKEN_TYP,
+            &super::oauth::access_token_claims(&claims, issuer, audience),
+        ),
+    };
     audit.capability_id = Some(jti.clone());
     let mut extra = hold_secs.map(|h| format!(" hold={h}s")).unwrap_or_default();
     if req.slot.is_some() {
@@ -433,6 +517,12 @@ async fn sign_and_record(
     }
     if let Some((id, _)) = &bound.approval {
         extra.push_str(&format!(" approval={id}"));
+    }
+    if let Some(jkt) = &grant.jkt {
+        extra.push_str(&format!(" jkt={jkt}"));
+    }
+    if let Form::AccessToken { audience, .. } = &grant.form {
+        extra.push_str(&format!(" form=access_token aud={audience}"));
     }
     audit.detail = Some(format!(
         "policies={} ttl={}s uses={} kid={}{extra}",
@@ -472,17 +562,17 @@ async fn sign_and_record(
         IssueOutcome::Issued => {
             // The exchange will compare its claims with this, without a read.
             app.held.insert(jti.clone(), (held, run.clone()));
-            Ok((
-                StatusCode::CREATED,
-                Json(CapabilityResponse {
+            Ok(Issued {
+                response: CapabilityResponse {
                     capability_id: jti,
                     token,
                     expires_at: rfc3339(expires_at),
                     uses,
                     lapses_at: hold_secs.map(|h| rfc3339(crate::store::holds::lapse_at(now, h))),
                     args: bound.args_hash,
-                }),
-            ))
+                },
+                expires_at,
+            })
         }
         other => Err(refusals::issuance(other)),
     }

@@ -30,7 +30,7 @@ use crate::store::capabilities::{
 use crate::store::revocations::RearmRevocation;
 use crate::store::writer::AppendAudit;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use std::sync::Arc;
 use tessera_client::types::ErrorCode;
@@ -66,7 +66,7 @@ pub async fn verify_capability(
 
 refusals!(ExchangeRefusals {
     400 => [InvalidRequest, InvalidJson, InvalidAction, SessionPolicyTooLarge, UserNotAwsCompatible, RunNotAwsCompatible],
-    401 => [InvalidToken, TokenExpired],
+    401 => [InvalidToken, TokenExpired, InvalidDpopProof, UseDpopNonce],
     403 => [CapabilityRevoked, RunEnded, RunExpired, UsesExhausted, UnknownBackend, PolicyChanged, CapabilityLapsed, LeaseRevoked],
     413 => [BodyTooLarge],
     415 => [UnsupportedMediaType],
@@ -102,6 +102,7 @@ refusals!(ExchangeRefusals {
 pub async fn exchange(
     State(app): State<AppState>,
     RequestId(rid): RequestId,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<ExchangeRequest>,
 ) -> Result<Json<ExchangeResponse>, ApiError> {
     // Unverifiable tokens are counted and logged, not audited: they cannot be
@@ -125,6 +126,23 @@ pub async fn exchange(
     audit.action = Some(claims.act.clone());
     audit.resource = Some(claims.res.clone());
     audit.request_id = Some(rid);
+    // A capability bound to a DPoP key is worth nothing without the key.
+    if let Some(jkt) = bound_key(&claims) {
+        let now = app.clock.now();
+        if let Err(e) =
+            app.dpop
+                .check_bound(&headers, "POST", "/v1/exchange", &req.capability, jkt, now)
+        {
+            app.metrics.exchange("invalid_dpop_proof");
+            let mut refused = audit.clone();
+            refused.event = events::EXCHANGE_REFUSED;
+            refused.decision = "deny";
+            refused.reason = Some("invalid_dpop_proof".into());
+            refused.detail = Some(format!("dpop={e}"));
+            app.store.writer().submit(AppendAudit(refused)).await?;
+            return Err(refusals::dpop(&app.dpop, e, true, now));
+        }
+    }
     if let Some(refusal) = reauthorize(&app, &claims, &audit).await? {
         return Err(refusal);
     }
@@ -230,6 +248,11 @@ pub async fn exchange(
             Err(api_error)
         }
     }
+}
+
+/// The DPoP key thumbprint a capability is bound to (`cnf.jkt`), if any.
+pub fn bound_key(claims: &CapabilityClaims) -> Option<&str> {
+    claims.cnf.as_ref()?.get("jkt")?.as_str()
 }
 
 /// Step 0: the claims must be what the store recorded, and the policy in force

@@ -68,6 +68,7 @@ refusals!(IntrospectRefusals {
 pub async fn introspect(
     State(app): State<AppState>,
     caller: RuntimeOrAdmin,
+    headers: axum::http::HeaderMap,
     ApiJson(req): ApiJson<IntrospectRequest>,
 ) -> Result<Json<IntrospectResponse>, ApiError> {
     let now = app.clock.now();
@@ -77,6 +78,16 @@ pub async fn introspect(
     let Ok(claims) = verify_capability(&app, &req.token).await else {
         return Ok(inactive());
     };
+    // A bound capability is shown only to whoever holds its key.
+    if let Some(jkt) = super::exchange::bound_key(&claims) {
+        if app
+            .dpop
+            .check_bound(&headers, "POST", "/v1/introspect", &req.token, jkt, now)
+            .is_err()
+        {
+            return Ok(inactive());
+        }
+    }
     let Some(st) = status(&app.store, &claims.jti, now).await? else {
         return Ok(inactive());
     };

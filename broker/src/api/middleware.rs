@@ -18,19 +18,27 @@ use tessera_client::types::ErrorCode;
 use tessera_client::types::{ErrorBody, ErrorDetail};
 use tracing::Instrument;
 
+/// A handler rendered its own error body (the OAuth endpoints' RFC 6749
+/// JSON): it is passed on as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct Rendered;
+
 pub async fn request_context(
     State(app): State<AppState>,
     mut req: Request,
     next: Next,
 ) -> Response {
     let id = crate::ids::new_request_id();
+    let dpop_nonce = app.dpop.requires_nonce() && req.headers().contains_key("dpop");
     req.extensions_mut().insert(RequestId(id.clone()));
     let started = Instant::now();
     let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
     let mut resp = next.run(req).instrument(span.clone()).await;
 
+    let rendered = resp.extensions_mut().remove::<Rendered>().is_some();
     let error = match resp.extensions_mut().remove::<ApiError>() {
         Some(e) => Some(e),
+        None if rendered => None,
         None if resp.status().is_client_error() || resp.status().is_server_error() => {
             Some(generic_error(resp.status()))
         }
@@ -61,13 +69,23 @@ pub async fn request_context(
         let headers = resp.headers().clone();
         resp = (e.status, axum::Json(body)).into_response();
         for (name, value) in headers.iter() {
-            if name == axum::http::header::RETRY_AFTER || name == axum::http::header::CONNECTION {
+            let named = e.headers.iter().any(|(n, _)| name == *n);
+            if name == axum::http::header::RETRY_AFTER
+                || name == axum::http::header::CONNECTION
+                || named
+            {
                 resp.headers_mut().insert(name, value.clone());
             }
         }
     }
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
+    }
+    // RFC 9449 §8: a fresh nonce with every answer to a DPoP request.
+    if dpop_nonce && !resp.headers().contains_key("dpop-nonce") {
+        if let Ok(v) = HeaderValue::from_str(&app.dpop.nonce(app.clock.now())) {
+            resp.headers_mut().insert("dpop-nonce", v);
+        }
     }
     app.metrics
         .http_response(resp.status().as_u16(), started.elapsed().as_secs_f64());

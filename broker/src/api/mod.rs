@@ -14,6 +14,7 @@
 //! | [`revocations`] | `GET /v1/admin/leases` (pending and stuck downstream removals) |
 //! | [`health`] | `/healthz`, `/readyz`, `/metrics` |
 //! | [`discovery`] | `/.well-known/jwks.json`, `/v1/openapi.json` |
+//! | [`oauth`] | `/.well-known/oauth-authorization-server`, `/oauth/token`, `/oauth/introspect` |
 //!
 //! Every refusal reads as [`refusals`] says (status, code, message), and the
 //! OpenAPI document is assembled in [`openapi`]. Bodies are capped at 64 KiB;
@@ -33,6 +34,7 @@ pub mod gateway;
 pub mod health;
 pub mod introspect;
 pub mod middleware;
+pub mod oauth;
 pub mod openapi;
 pub mod policy;
 pub mod refusals;
@@ -74,6 +76,9 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(gateway::session))
         .routes(routes!(introspect::introspect))
         .routes(routes!(discovery::jwks))
+        .routes(routes!(oauth::metadata::metadata))
+        .routes(routes!(oauth::token::token))
+        .routes(routes!(oauth::introspect::introspect))
         .routes(routes!(admin::create_runtime))
         .routes(routes!(admin::list_runtimes))
         .routes(routes!(admin::disable_runtime))

@@ -119,7 +119,7 @@ pub struct RuntimeNamePath {
         (name = "runs"), (name = "capabilities"), (name = "exchange"), (name = "introspection"),
         (name = "keys"), (name = "admin"), (name = "runtimes"), (name = "leases"),
         (name = "policy"), (name = "audit"), (name = "operations"), (name = "approvals"),
-        (name = "gateway"),
+        (name = "gateway"), (name = "oauth"),
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCode)),
     modifiers(&Credentials),
@@ -158,6 +158,14 @@ impl Modify for Credentials {
                 .build();
             components.add_security_scheme(name, SecurityScheme::Http(scheme));
         }
+        let basic = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Basic)
+            .description(Some(
+                "A resource server: its `oauth-resource` backend's name and introspection \
+                 secret (RFC 6749 client_secret_basic).",
+            ))
+            .build();
+        components.add_security_scheme("resourceServer", SecurityScheme::Http(basic));
     }
 }
 
@@ -356,6 +364,9 @@ mod tests {
             "/v1/openapi.json",
             "/.well-known/jwks.json",
             "/v1/exchange",
+            // The run token travels in the form (RFC 8693 `subject_token`).
+            "/oauth/token",
+            "/.well-known/oauth-authorization-server",
         ];
         let paths = doc["paths"].as_object().expect("paths");
         assert!(paths.len() >= 23, "{} paths", paths.len());

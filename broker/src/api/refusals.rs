@@ -209,3 +209,42 @@ pub fn backend(e: &BackendError) -> ApiError {
         ),
     }
 }
+
+/// A DPoP refusal. `presenting`: the request presents a bound token (401 with
+/// `WWW-Authenticate: DPoP`, RFC 9449 §7.1); otherwise it asks for one to be
+/// bound (400, as at a token endpoint, §5). A missing nonce comes with one.
+pub fn dpop(
+    dpop: &crate::dpop::Dpop,
+    e: crate::dpop::DpopError,
+    presenting: bool,
+    now: i64,
+) -> ApiError {
+    use crate::dpop::DpopError;
+    if e == DpopError::Busy {
+        return ApiError {
+            message: e.to_string(),
+            ..ApiError::rate_limited(5)
+        };
+    }
+    let code = if e == DpopError::UseNonce {
+        ErrorCode::UseDpopNonce
+    } else {
+        ErrorCode::InvalidDpopProof
+    };
+    let status = if presenting {
+        StatusCode::UNAUTHORIZED
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    let mut err = ApiError::new(status, code, e.to_string());
+    if presenting {
+        err.headers.push((
+            "www-authenticate",
+            format!("DPoP error=\"{code}\", algs=\"ES256 EdDSA\""),
+        ));
+    }
+    if e == DpopError::UseNonce {
+        err.headers.push(("dpop-nonce", dpop.nonce(now)));
+    }
+    err
+}

@@ -12,6 +12,7 @@ use super::database::settings::{self as database, DatabaseBackendConfig};
 use super::database::DbKind;
 use super::http::settings::{self as http, HttpConfig};
 use super::net::settings::{self as net, NetConfig};
+use super::oauth::settings::{self as oauth, OAuthResourceConfig};
 use super::token::settings as token;
 use crate::settings::{err, ConfigError, EnvLookup, RawTable};
 
@@ -30,6 +31,8 @@ pub enum BackendConfig {
     Net(NetConfig),
     /// A downstream HTTP API the gateway calls with an injected credential (`backends::http`).
     Http(HttpConfig),
+    /// An OAuth resource server runs get access tokens for (`backends::oauth`).
+    OAuthResource(OAuthResourceConfig),
 }
 
 impl BackendConfig {
@@ -41,6 +44,7 @@ impl BackendConfig {
             BackendConfig::Mysql(_) => "mysql",
             BackendConfig::Net(_) => "net",
             BackendConfig::Http(_) => "http",
+            BackendConfig::OAuthResource(_) => "oauth-resource",
         }
     }
 
@@ -57,6 +61,9 @@ impl BackendConfig {
             "aws-sts" => Some(BackendConfig::AwsSts(AwsStsConfig::unconfigured())),
             "net" => Some(BackendConfig::Net(NetConfig::default())),
             "http" => Some(BackendConfig::Http(HttpConfig::unconfigured())),
+            "oauth-resource" => Some(BackendConfig::OAuthResource(
+                OAuthResourceConfig::unconfigured(),
+            )),
             _ => None,
         }
     }
@@ -79,6 +86,9 @@ impl BackendConfig {
             "aws-sts" => Ok(BackendConfig::AwsSts(aws::resolve(setting, table)?)),
             "net" => Ok(BackendConfig::Net(net::resolve(setting, table)?)),
             "http" => Ok(BackendConfig::Http(http::resolve(setting, table)?)),
+            "oauth-resource" => Ok(BackendConfig::OAuthResource(oauth::resolve(
+                setting, table,
+            )?)),
             "postgres" => Ok(BackendConfig::Postgres(database::resolve(
                 setting,
                 table,
@@ -93,7 +103,7 @@ impl BackendConfig {
             )?)),
             other => Err(err(
                 &format!("{setting}.kind"),
-                format!("unknown kind {other:?} (supported: token, postgres, mysql, aws-sts, net, http)"),
+                format!("unknown kind {other:?} (supported: token, postgres, mysql, aws-sts, net, http, oauth-resource)"),
             )),
         }
     }
@@ -111,6 +121,7 @@ impl BackendConfig {
                 aws.credentials = aws::resolve_credentials(setting, &aws.credentials, env)?;
             }
             BackendConfig::Http(h) => http::resolve_credentials(setting, h, env)?,
+            BackendConfig::OAuthResource(r) => oauth::resolve_credentials(setting, r, env)?,
             _ => {}
         }
         Ok(())
@@ -124,7 +135,8 @@ impl BackendConfig {
             BackendConfig::Token(_)
             | BackendConfig::AwsSts(_)
             | BackendConfig::Net(_)
-            | BackendConfig::Http(_) => 0,
+            | BackendConfig::Http(_)
+            | BackendConfig::OAuthResource(_) => 0,
         }
     }
 }

@@ -14,11 +14,13 @@ pub mod approvals;
 pub mod audit;
 pub mod gateway;
 pub mod http;
+pub mod oauth;
 
 pub use approvals::ApprovalsConfig;
 pub use audit::AuditConfig;
 pub use gateway::GatewayConfig;
 pub use http::{AllowedHosts, HttpConfig};
+pub use oauth::OAuthConfig;
 // Owned by the backend kinds and the settings leaf; named here too because the
 // configuration is where callers look for them.
 pub use crate::backends::settings::BackendConfig;
@@ -58,6 +60,8 @@ struct RawConfig {
     #[serde(default)]
     approvals: approvals::RawApprovals,
     gateway: Option<gateway::RawGateway>,
+    #[serde(default)]
+    oauth: oauth::RawOAuth,
     #[serde(default)]
     /// Each table is parsed by its `kind` (each kind has its own keys).
     backends: BTreeMap<String, RawTable>,
@@ -187,6 +191,8 @@ pub struct Config {
     pub approvals: ApprovalsConfig,
     /// The egress gateway's listener and limits; `None`: no gateway.
     pub gateway: Option<GatewayConfig>,
+    /// Tessera as an OAuth authorization server: its issuer URL and DPoP nonces.
+    pub oauth: OAuthConfig,
     pub backends: BTreeMap<String, BackendConfig>,
 }
 
@@ -402,6 +408,27 @@ impl Config {
             }
         }
         p.take(crate::backends::http::settings::check_references(&backends));
+        p.take(crate::backends::oauth::settings::check_unique(&backends));
+        let oauth = p
+            .take(oauth::resolve(
+                raw.oauth,
+                env("TESSERA_OAUTH_ISSUER"),
+                o.dev,
+                tls.is_some(),
+                listen,
+            ))
+            .unwrap_or_default();
+        if oauth.issuer.is_none() {
+            if let Some(name) = backends
+                .iter()
+                .find_map(|(n, b)| matches!(b, BackendConfig::OAuthResource(_)).then_some(n))
+            {
+                p.take::<()>(Err(err(
+                    "oauth.issuer",
+                    format!("backends.{name} is an oauth-resource: set the broker's public URL"),
+                )));
+            }
+        }
         let gateway = p
             .take(gateway::resolve(raw.gateway.unwrap_or_default(), &backends))
             .flatten();
@@ -452,6 +479,7 @@ impl Config {
             audit,
             approvals,
             gateway,
+            oauth,
             backends,
         })
     }

@@ -78,6 +78,28 @@ impl Kek {
         format!("v1.{}", URL_SAFE_NO_PAD.encode(out))
     }
 
+    /// A 32-byte key for `label`, the same for every process holding this KEK
+    /// (replicas share it) and unrelated to any other label's: AES-256-GCM of
+    /// 32 zero bytes under a nonce taken from the label's SHA-256 — the
+    /// counter-mode keystream, a pseudo-random function of key and label. The
+    /// plaintext is always the same, so reusing the nonce reveals nothing.
+    pub fn derive(&self, label: &str) -> Zeroizing<[u8; 32]> {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(label.as_bytes());
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&digest[..NONCE_LEN]);
+        let mut buf = Zeroizing::new([0u8; 32]);
+        let nonce = Nonce::assume_unique_for_key(nonce);
+        if self
+            .key
+            .seal_in_place_separate_tag(nonce, Aad::empty(), &mut buf[..])
+            .is_err()
+        {
+            std::process::abort();
+        }
+        buf
+    }
+
     pub fn open(&self, sealed: &str, aad: &str) -> Result<Zeroizing<Vec<u8>>, KekError> {
         let body = sealed.strip_prefix("v1.").ok_or(KekError::OpenFailed)?;
         let raw = URL_SAFE_NO_PAD
@@ -116,5 +138,9 @@ mod tests {
             Err(KekError::BadLength(3))
         ));
         assert_eq!(format!("{k:?}"), "Kek([redacted])");
+        let again = Kek::from_base64(&text).unwrap();
+        assert_eq!(*k.derive("a"), *again.derive("a"), "replicas agree");
+        assert_ne!(*k.derive("a"), *k.derive("b"));
+        assert_ne!(*k.derive("a"), *other.derive("a"));
     }
 }

@@ -25,6 +25,7 @@ mod holds;
 mod inject;
 mod inputs;
 mod keys;
+mod oauth;
 mod policy_reload;
 mod policy_soundness;
 mod replicas;

@@ -99,12 +99,7 @@ fn glob(pattern: &str, s: &str) -> bool {
     true
 }
 
-/// Where a static secret comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    Env(String),
-    File(PathBuf),
-}
+pub use crate::backends::secret::SecretSource;
 
 /// How the gateway authenticates a covered request.
 #[derive(Debug, Clone)]
@@ -206,12 +201,7 @@ const RESERVED_HEADERS: [&str; 9] = [
     "keep-alive",
 ];
 
-fn is_env_name(s: &str) -> bool {
-    (1..=128).contains(&s.len())
-        && s.bytes()
-            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_')
-        && !s.as_bytes()[0].is_ascii_digit()
-}
+use crate::backends::secret::is_env_name;
 
 fn host_pattern(setting: &str, s: &str) -> Result<HostPattern, ConfigError> {
     let bad = || {
@@ -293,20 +283,12 @@ pub fn resolve(setting: &str, table: RawTable) -> Result<HttpConfig, ConfigError
             ));
         }
     }
-    let source = match (&b.secret_env, &b.secret_file) {
-        (Some(_), Some(_)) => {
-            return Err(err(setting, "secret_env and secret_file: name one"));
-        }
-        (Some(e), None) if is_env_name(e) => Some(SecretSource::Env(e.clone())),
-        (Some(e), None) => {
-            return Err(err(
-                &key("secret_env"),
-                format!("not a variable name: {e:?}"),
-            ))
-        }
-        (None, Some(f)) => Some(SecretSource::File(f.clone())),
-        (None, None) => None,
-    };
+    let source = SecretSource::pick(
+        setting,
+        "secret",
+        b.secret_env.as_ref(),
+        b.secret_file.as_ref(),
+    )?;
     let auth_kind = b.auth.as_deref().unwrap_or("bearer");
     let needs_secret = || {
         source.clone().ok_or_else(|| {
@@ -461,39 +443,7 @@ pub fn resolve_credentials(
     let Auth::Header { source, secret, .. } = &mut config.auth else {
         return Ok(());
     };
-    let value = match source {
-        SecretSource::Env(name) => env(name).ok_or_else(|| {
-            err(
-                &format!("{setting}.secret_env"),
-                format!("{name} is not set in the broker's environment"),
-            )
-        })?,
-        SecretSource::File(path) => {
-            use std::os::unix::fs::MetadataExt;
-            let what = format!("{setting}.secret_file");
-            let meta = std::fs::metadata(&path)
-                .map_err(|e| err(&what, format!("{}: {e}", path.display())))?;
-            if meta.mode() & 0o077 != 0 {
-                return Err(err(
-                    &what,
-                    format!(
-                        "{} is readable by group or others (chmod 600)",
-                        path.display()
-                    ),
-                ));
-            }
-            std::fs::read_to_string(&path)
-                .map_err(|e| err(&what, format!("{}: {e}", path.display())))?
-                .trim_end_matches(['\r', '\n'])
-                .to_owned()
-        }
-    };
-    if value.is_empty() || !value.bytes().all(|c| (0x20..0x7f).contains(&c)) {
-        return Err(err(
-            setting,
-            "the secret must be printable ASCII (it goes into a header)",
-        ));
-    }
+    let value = crate::backends::secret::read(setting, "secret", source, env)?;
     *secret = Some(Arc::new(SecretString::from(value)));
     Ok(())
 }

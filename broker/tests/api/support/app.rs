@@ -385,14 +385,23 @@ impl TestApp {
     ) -> TestApp {
         let url = store_url.clone();
         let extra_env = extra.env.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
         let env = move |k: &str| {
             if k == "TESSERA_STORE_URL" {
                 return Some(url.clone());
             }
-            extra_env
+            let set = extra_env
                 .iter()
                 .find(|(name, _)| name == k)
-                .map(|(_, v)| v.clone())
+                .map(|(_, v)| v.clone());
+            // The OAuth issuer (and DPoP `htu` base) is where this broker listens.
+            if k == "TESSERA_OAUTH_ISSUER" && set.is_none() {
+                return Some(format!("http://{addr}"));
+            }
+            set
         };
         write_policy_dir(&dir.0.join("policy"));
         if !extra.policy.is_empty() {
@@ -419,10 +428,6 @@ impl TestApp {
         )
         .await
         .expect("app builds");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
         let router = tessera_broker::api::router(state.clone());
         let http = state.config.http.clone();
         let server = tokio::spawn(async move {

@@ -1,0 +1,92 @@
+//! What an `oauth-resource` backend accepts: its scopes as actions, and as a
+//! resource path only its own resource URL.
+//!
+//! Why the path is the whole URL: a token is for exactly one resource server
+//! (its `aud`), so the Cedar resource `NAME:URL` names exactly what the token
+//! reaches, and there is no other spelling — the URL is compared byte for
+//! byte with the configured one, never normalised, and a wildcard is never a
+//! path here.
+
+use crate::backends::grammar::{Invalid, MAX_ACTION_LEN};
+
+/// No path is a set: a token is for one resource.
+pub const WILDCARDS: &[char] = &[];
+pub const INCLUSION_GRANTS: bool = false;
+
+/// Scopes: 1-64 of `[A-Za-z0-9_.:-]`, starting with a letter (`notes:read`,
+/// `tools.call`): what OAuth clients and MCP servers use, nothing that needs
+/// quoting in a space-separated `scope`.
+pub fn is_scope(s: &str) -> bool {
+    (1..=MAX_ACTION_LEN).contains(&s.len())
+        && s.as_bytes()[0].is_ascii_alphabetic()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'-'))
+}
+
+/// An absolute `https://` URL (or `http://` to loopback), without
+/// credentials, query or fragment, at most 256 bytes, of visible ASCII.
+pub fn is_resource_url(s: &str) -> bool {
+    if s.len() > 256 || !s.bytes().all(|c| c.is_ascii_graphic()) || s.contains(['?', '#']) {
+        return false;
+    }
+    let Ok(u) = reqwest::Url::parse(s) else {
+        return false;
+    };
+    let host = u.host_str().unwrap_or_default();
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    let scheme_ok = match u.scheme() {
+        "https" => !host.is_empty(),
+        "http" => loopback,
+        _ => false,
+    };
+    scheme_ok && u.username().is_empty() && u.password().is_none()
+}
+
+/// The path must be the backend's resource URL; the action one of its scopes.
+pub fn check_resource(
+    path: &str,
+    action: &str,
+    resource: &str,
+    scopes: &[String],
+) -> Result<(), Invalid> {
+    if path != resource {
+        return Err(Invalid::Path);
+    }
+    if !is_scope(action) || !scopes.iter().any(|s| s == action) {
+        return Err(Invalid::Action);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_registered_url_in_its_one_spelling() {
+        let scopes = vec!["notes:read".to_owned()];
+        let url = "https://notes.example/mcp";
+        assert!(check_resource(url, "notes:read", url, &scopes).is_ok());
+        for other in [
+            "https://NOTES.example/mcp",
+            "https://notes.example/mcp/",
+            "https://notes.example:443/mcp",
+            "https://notes.example/MCP",
+            "https://notes.example/*",
+        ] {
+            assert_eq!(
+                check_resource(other, "notes:read", url, &scopes),
+                Err(Invalid::Path)
+            );
+        }
+        assert_eq!(
+            check_resource(url, "notes:write", url, &scopes),
+            Err(Invalid::Action)
+        );
+    }
+}
