@@ -48,12 +48,22 @@ pub fn is_resource_url(s: &str) -> bool {
 }
 
 /// The path must be the backend's resource URL; the action one of its scopes.
+/// With no scopes (a backend the policy tools model without a configuration,
+/// [`super::OAuthResourceConfig::unconfigured`]) any resource URL and scope of
+/// the grammar is admitted.
 pub fn check_resource(
     path: &str,
     action: &str,
     resource: &str,
     scopes: &[String],
 ) -> Result<(), Invalid> {
+    if scopes.is_empty() {
+        return match (is_resource_url(path), is_scope(action)) {
+            (false, _) => Err(Invalid::Path),
+            (true, false) => Err(Invalid::Action),
+            (true, true) => Ok(()),
+        };
+    }
     if path != resource {
         return Err(Invalid::Path);
     }
@@ -86,6 +96,24 @@ mod tests {
         }
         assert_eq!(
             check_resource(url, "notes:write", url, &scopes),
+            Err(Invalid::Action)
+        );
+    }
+
+    #[test]
+    fn unconfigured_backends_admit_any_url_and_scope_of_the_grammar() {
+        let url = "https://notes.example/mcp";
+        assert!(check_resource(url, "notes:read", "", &[]).is_ok());
+        assert_eq!(
+            check_resource("notes.example", "notes:read", "", &[]),
+            Err(Invalid::Path)
+        );
+        assert_eq!(
+            check_resource("http://notes.example/", "notes:read", "", &[]),
+            Err(Invalid::Path)
+        );
+        assert_eq!(
+            check_resource(url, "notes read", "", &[]),
             Err(Invalid::Action)
         );
     }

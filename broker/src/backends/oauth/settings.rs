@@ -50,8 +50,8 @@ pub struct OAuthResourceConfig {
 }
 
 impl OAuthResourceConfig {
-    /// As policy simulation models one without a configuration: the
-    /// placeholder resource `https://resource.invalid/` and any scope.
+    /// As policy simulation models one without a configuration: any resource
+    /// URL and any scope of the grammar (no scopes listed).
     pub fn unconfigured() -> OAuthResourceConfig {
         OAuthResourceConfig {
             resource: "https://resource.invalid/".to_owned(),
