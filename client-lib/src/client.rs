@@ -864,10 +864,17 @@ impl Client {
 
     /// A DPoP proof for `method` on `url` presenting `token` (for a resource
     /// server that an access token from [`Client::access_token`] is bound
-    /// for); `None` when DPoP is off.
-    pub fn dpop_proof(&self, method: &str, url: &str, token: &AccessToken) -> Option<String> {
+    /// for), with that server's `nonce` if it asked for one (RFC 9449 §9);
+    /// `None` when DPoP is off.
+    pub fn dpop_proof(
+        &self,
+        method: &str,
+        url: &str,
+        token: &AccessToken,
+        nonce: Option<&str>,
+    ) -> Option<String> {
         let key = self.inner.dpop.as_ref()?;
-        Some(key.proof(method, url, Some(token.token.expose_secret())))
+        Some(key.proof_with_nonce(method, url, Some(token.token.expose_secret()), nonce))
     }
 
     /// The thumbprint of this client's DPoP key (`cnf.jkt` of what it binds).

@@ -69,8 +69,22 @@ impl DpopKey {
         }
     }
 
-    /// A proof for `method` on `url` (no query), over `token` when presenting one.
+    /// A proof for the broker: `method` on `url`, over `token` when presenting
+    /// one, with the broker's latest nonce.
     pub fn proof(&self, method: &str, url: &str, token: Option<&str>) -> String {
+        let nonce = self.nonce.lock().ok().and_then(|n| n.clone());
+        self.proof_with_nonce(method, url, token, nonce.as_deref())
+    }
+
+    /// A proof for `method` on `url` (no query), over `token` when presenting
+    /// one, with `nonce` (another server's nonces are its own, never the broker's).
+    pub fn proof_with_nonce(
+        &self,
+        method: &str,
+        url: &str,
+        token: Option<&str>,
+        nonce: Option<&str>,
+    ) -> String {
         let iat = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -86,7 +100,7 @@ impl DpopKey {
         if let Some(t) = token {
             claims["ath"] = URL_SAFE_NO_PAD.encode(Sha256::digest(t.as_bytes())).into();
         }
-        if let Some(n) = self.nonce.lock().ok().and_then(|n| n.clone()) {
+        if let Some(n) = nonce {
             claims["nonce"] = n.into();
         }
         let header = serde_json::json!({"typ": "dpop+jwt", "alg": "ES256", "jwk": self.jwk});

@@ -33,7 +33,7 @@ pub struct AuthorizationServerMetadata {
 }
 
 /// `POST /oauth/token`, form-encoded (RFC 8693 §2.1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenExchangeRequest {
     /// `urn:ietf:params:oauth:grant-type:token-exchange`.
@@ -52,6 +52,18 @@ pub struct TokenExchangeRequest {
     /// Tessera extension: an approved approval to redeem for this token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
+}
+
+impl std::fmt::Debug for TokenExchangeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenExchangeRequest")
+            .field("grant_type", &self.grant_type)
+            .field("subject_token", &"[redacted]")
+            .field("resource", &self.resource)
+            .field("scope", &self.scope)
+            .field("approval_id", &self.approval_id)
+            .finish()
+    }
 }
 
 /// A successful token exchange (RFC 8693 §2.2.1).

@@ -112,10 +112,23 @@ pub async fn request(
     if state != RunState::Active {
         return Err(refusals::run_inactive(state));
     }
-    let jkt = app
+    let jkt = match app
         .dpop
-        .check(&headers, "POST", "/v1/capabilities", None, now)
-        .map_err(|e| refusals::dpop(&app.dpop, e, false, now))?;
+        .check(&headers, ("POST", "/v1/capabilities"), None, &run.id, now)
+    {
+        Ok(jkt) => jkt,
+        Err(e) => {
+            let refusal = refusals::dpop(&app.dpop, e, false, now);
+            return Err(refuse_before_policy(
+                &app,
+                &run,
+                rid,
+                (&req.action, &req.resource),
+                refusal,
+            )
+            .await);
+        }
+    };
     let grant = Grant {
         jkt,
         form: Form::Capability,
@@ -420,6 +433,30 @@ fn parse_hold(s: &str) -> Result<i64, String> {
         return Err(format!("hold must be between {min}s and {max}s"));
     }
     Ok(d as i64)
+}
+
+/// A request of an authenticated run refused before policy for a reason a
+/// security team wants to see (a DPoP proof that does not hold): audited as
+/// `capability.denied` with the code as its reason, and charged to the run's
+/// rate like every refusal.
+pub(crate) async fn refuse_before_policy(
+    app: &AppState,
+    run: &RunRecord,
+    rid: String,
+    (action, resource): (&str, &str),
+    refusal: ApiError,
+) -> ApiError {
+    let mut audit = AuditEvent::new(events::CAPABILITY_DENIED, format!("run:{}", run.id), "deny");
+    audit.run_id = Some(run.id.clone());
+    audit.user = Some(run.user.clone());
+    audit.task_id = Some(run.task_id.clone());
+    audit.action = Some(action.chars().take(64).collect());
+    audit.resource = Some(resource.chars().take(512).collect());
+    audit.request_id = Some(rid);
+    audit.reason = Some(refusal.code.as_str().to_owned());
+    audit.detail = Some(refusal.message.clone());
+    app.metrics.capability("refused");
+    record_refusal(app, run, audit, refusal).await
 }
 
 /// Records a refusal through the same path as an issuance: charged to the run's

@@ -129,10 +129,13 @@ pub async fn exchange(
     // A capability bound to a DPoP key is worth nothing without the key.
     if let Some(jkt) = bound_key(&claims) {
         let now = app.clock.now();
-        if let Err(e) =
-            app.dpop
-                .check_bound(&headers, "POST", "/v1/exchange", &req.capability, jkt, now)
-        {
+        if let Err(e) = app.dpop.check_bound(
+            &headers,
+            ("POST", "/v1/exchange"),
+            (&req.capability, jkt),
+            &claims.run,
+            now,
+        ) {
             app.metrics.exchange("invalid_dpop_proof");
             let mut refused = audit.clone();
             refused.event = events::EXCHANGE_REFUSED;

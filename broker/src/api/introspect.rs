@@ -82,7 +82,13 @@ pub async fn introspect(
     if let Some(jkt) = super::exchange::bound_key(&claims) {
         if app
             .dpop
-            .check_bound(&headers, "POST", "/v1/introspect", &req.token, jkt, now)
+            .check_bound(
+                &headers,
+                ("POST", "/v1/introspect"),
+                (&req.token, jkt),
+                &claims.run,
+                now,
+            )
             .is_err()
         {
             return Ok(inactive());

@@ -43,14 +43,16 @@ pub(super) fn resolve(
         .or(raw.issuer)
         .or_else(|| dev.then(|| format!("{}://{listen}", if tls { "https" } else { "http" })));
     if let Some(i) = &issuer {
+        // No path: the RFC 8414 metadata is served at the root only.
         let ok = i.len() <= 200
             && crate::backends::oauth::grammar::is_resource_url(i)
-            && !i.ends_with('/');
+            && !i.ends_with('/')
+            && reqwest::Url::parse(i).is_ok_and(|u| u.path() == "/");
         if !ok {
             return Err(err(
                 "oauth.issuer",
-                "must be the broker's public https:// URL (http:// only on loopback), \
-                 without trailing slash, query, fragment or credentials",
+                "must be the broker's public https:// URL (http:// only on loopback): \
+                 scheme, host and port only, no path, trailing slash, query or credentials",
             ));
         }
     }

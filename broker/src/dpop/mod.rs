@@ -18,21 +18,16 @@
 //! within its minute is not caught there (nonces narrow this; docs/oauth.md).
 
 pub mod proof;
+pub mod replay;
 
 use crate::keys::Kek;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use proof::{ProofError, Target};
 use ring::hmac;
-use std::collections::HashMap;
-use std::sync::Mutex;
 
 pub use proof::b64_sha256;
 
-/// Proofs remembered at most (about 40 bytes each); past it, requests with a
-/// proof are refused until old ones age out — failing closed, never forgetting
-/// a live one.
-const MAX_REMEMBERED: usize = 200_000;
 /// A nonce's time step.
 const NONCE_STEP_SECS: i64 = 60;
 
@@ -47,7 +42,9 @@ pub enum DpopError {
     Several,
     #[error("this broker has no [oauth] issuer, so it cannot check a DPoP proof's htu")]
     NotConfigured,
-    #[error("too many DPoP proofs in the last minute; try again shortly")]
+    #[error(
+        "too many DPoP proofs in the last minute (for this run, or in all); try again shortly"
+    )]
     Busy,
     #[error("a DPoP proof is required: the token is bound to a key")]
     Missing,
@@ -62,8 +59,8 @@ pub struct Dpop {
     issuer: Option<String>,
     require_nonce: bool,
     nonce_key: hmac::Key,
-    /// `SHA-256(jkt || jti)`'s first 16 bytes → until when it is remembered.
-    seen: Mutex<HashMap<[u8; 16], i64>>,
+    /// Proofs seen, by `SHA-256(jkt || jti)`'s first 16 bytes.
+    replay: replay::Replay,
 }
 
 impl Dpop {
@@ -73,7 +70,7 @@ impl Dpop {
             issuer,
             require_nonce,
             nonce_key: hmac::Key::new(hmac::HMAC_SHA256, &key[..]),
-            seen: Mutex::new(HashMap::new()),
+            replay: replay::Replay::default(),
         }
     }
 
@@ -106,14 +103,15 @@ impl Dpop {
     }
 
     /// Checks the request's `DPoP` headers (all of them: more than one is
-    /// refused) for `method` on `path`, presenting `token` if any. `Ok(None)`:
-    /// no proof; `Ok(Some(jkt))`: a valid proof by the key with that thumbprint.
+    /// refused) for `method` on `path`, presenting `token` if any, for `run`
+    /// (whose share of the replay cache it takes). `Ok(None)`: no proof;
+    /// `Ok(Some(jkt))`: a valid proof by the key with that thumbprint.
     pub fn check(
         &self,
         headers: &axum::http::HeaderMap,
-        method: &str,
-        path: &str,
+        (method, path): (&str, &str),
         token: Option<&str>,
+        run: &str,
         now: i64,
     ) -> Result<Option<String>, DpopError> {
         let mut values = headers.get_all("dpop").iter();
@@ -144,7 +142,8 @@ impl Dpop {
         {
             return Err(DpopError::UseNonce);
         }
-        self.remember(&checked.jkt, &checked.claims.jti, checked.claims.iat, now)?;
+        let iat = checked.claims.iat().unwrap_or(now);
+        self.remember(&checked.jkt, &checked.claims.jti, iat, run, now)?;
         Ok(Some(checked.jkt))
     }
 
@@ -153,20 +152,26 @@ impl Dpop {
     pub fn check_bound(
         &self,
         headers: &axum::http::HeaderMap,
-        method: &str,
-        path: &str,
-        token: &str,
-        jkt: &str,
+        target: (&str, &str),
+        (token, jkt): (&str, &str),
+        run: &str,
         now: i64,
     ) -> Result<(), DpopError> {
-        match self.check(headers, method, path, Some(token), now)? {
+        match self.check(headers, target, Some(token), run, now)? {
             None => Err(DpopError::Missing),
             Some(k) if k == jkt => Ok(()),
             Some(_) => Err(DpopError::WrongKey),
         }
     }
 
-    fn remember(&self, jkt: &str, jti: &str, iat: i64, now: i64) -> Result<(), DpopError> {
+    fn remember(
+        &self,
+        jkt: &str,
+        jti: &str,
+        iat: i64,
+        run: &str,
+        now: i64,
+    ) -> Result<(), DpopError> {
         use sha2::Digest;
         let mut h = sha2::Sha256::new();
         h.update(jkt.as_bytes());
@@ -176,17 +181,12 @@ impl Dpop {
         id.copy_from_slice(&h.finalize()[..16]);
         // Past this, `proof::check` refuses the proof on its iat anyway.
         let until = iat + proof::MAX_AGE_SECS + 1;
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.len() >= MAX_REMEMBERED {
-            seen.retain(|_, u| *u >= now);
-            if seen.len() >= MAX_REMEMBERED {
-                return Err(DpopError::Busy);
-            }
-        }
-        match seen.insert(id, until) {
-            Some(previous) if previous >= now => Err(DpopError::Replayed),
-            _ => Ok(()),
-        }
+        self.replay
+            .remember(id, run, until, now)
+            .map_err(|r| match r {
+                replay::Refused::Replayed => DpopError::Replayed,
+                replay::Refused::Full => DpopError::Busy,
+            })
     }
 }
 
@@ -212,31 +212,49 @@ mod tests {
         let k = ClientKey::new();
         let p = k.proof("POST", "https://b.example/v1/exchange", 100, Some("t"));
         let jkt = d
-            .check(&headers(&p), "POST", "/v1/exchange", Some("t"), 100)
+            .check(&headers(&p), ("POST", "/v1/exchange"), Some("t"), "r", 100)
             .unwrap()
             .unwrap();
         assert_eq!(
-            d.check(&headers(&p), "POST", "/v1/exchange", Some("t"), 101),
+            d.check(&headers(&p), ("POST", "/v1/exchange"), Some("t"), "r", 101),
             Err(DpopError::Replayed)
         );
         let p2 = k.proof("POST", "https://b.example/v1/exchange", 100, Some("t"));
         assert_eq!(
-            d.check_bound(&headers(&p2), "POST", "/v1/exchange", "t", &jkt, 100),
+            d.check_bound(
+                &headers(&p2),
+                ("POST", "/v1/exchange"),
+                ("t", &jkt),
+                "r",
+                100
+            ),
             Ok(())
         );
         let p3 = ClientKey::new().proof("POST", "https://b.example/v1/exchange", 100, Some("t"));
         assert_eq!(
-            d.check_bound(&headers(&p3), "POST", "/v1/exchange", "t", &jkt, 100),
+            d.check_bound(
+                &headers(&p3),
+                ("POST", "/v1/exchange"),
+                ("t", &jkt),
+                "r",
+                100
+            ),
             Err(DpopError::WrongKey)
         );
         assert_eq!(
-            d.check_bound(&HeaderMap::new(), "POST", "/v1/exchange", "t", &jkt, 100),
+            d.check_bound(
+                &HeaderMap::new(),
+                ("POST", "/v1/exchange"),
+                ("t", &jkt),
+                "r",
+                100
+            ),
             Err(DpopError::Missing)
         );
         let mut two = headers(&p2);
         two.append("dpop", HeaderValue::from_str(&p3).unwrap());
         assert_eq!(
-            d.check(&two, "POST", "/v1/exchange", Some("t"), 100),
+            d.check(&two, ("POST", "/v1/exchange"), Some("t"), "r", 100),
             Err(DpopError::Several)
         );
     }
@@ -248,7 +266,7 @@ mod tests {
         let url = "https://b.example/oauth/token";
         let p = k.proof("POST", url, 1000, None);
         assert_eq!(
-            d.check(&headers(&p), "POST", "/oauth/token", None, 1000),
+            d.check(&headers(&p), ("POST", "/oauth/token"), None, "r", 1000),
             Err(DpopError::UseNonce)
         );
         let with = |nonce: &str, iat: i64| {
@@ -261,9 +279,9 @@ mod tests {
         assert!(d
             .check(
                 &headers(&with(&n, 1000)),
-                "POST",
-                "/oauth/token",
+                ("POST", "/oauth/token"),
                 None,
+                "r",
                 1000
             )
             .unwrap()
@@ -271,9 +289,9 @@ mod tests {
         assert!(
             d.check(
                 &headers(&with(&n, 1050)),
-                "POST",
-                "/oauth/token",
+                ("POST", "/oauth/token"),
                 None,
+                "r",
                 1050
             )
             .is_ok(),
@@ -282,9 +300,9 @@ mod tests {
         assert_eq!(
             d.check(
                 &headers(&with(&n, 1200)),
-                "POST",
-                "/oauth/token",
+                ("POST", "/oauth/token"),
                 None,
+                "r",
                 1200
             ),
             Err(DpopError::UseNonce)
@@ -293,9 +311,9 @@ mod tests {
         assert_eq!(
             d.check(
                 &headers(&with(&other, 1000)),
-                "POST",
-                "/oauth/token",
+                ("POST", "/oauth/token"),
                 None,
+                "r",
                 1000
             ),
             Err(DpopError::UseNonce),

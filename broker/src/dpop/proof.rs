@@ -61,9 +61,35 @@ pub struct Claims {
     pub jti: String,
     pub htm: String,
     pub htu: String,
-    pub iat: i64,
+    /// A NumericDate: a fraction is allowed (and dropped).
+    iat: serde_json::Number,
     pub ath: Option<String>,
     pub nonce: Option<String>,
+}
+
+impl Claims {
+    /// `iat` in whole seconds (`None`: not a usable number).
+    pub fn iat(&self) -> Option<i64> {
+        self.iat.as_i64().or_else(|| {
+            self.iat
+                .as_f64()
+                .filter(|f| f.is_finite() && f.abs() < 1e15)
+                .map(|f| f.floor() as i64)
+        })
+    }
+}
+
+/// `scheme://host[:port]/path` as RFC 9449 §4.3 compares `htu`: scheme and host
+/// lower-cased and a default port dropped (RFC 3986 §6.2.2-3), query and
+/// fragment left out. `None`: not an absolute http(s) URL.
+fn normalized(url: &str) -> Option<String> {
+    let u = reqwest::Url::parse(url).ok()?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return None;
+    }
+    let host = u.host_str()?;
+    let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+    Some(format!("{}://{host}{port}{}", u.scheme(), u.path()))
 }
 
 /// A proof whose signature, target and time hold.
@@ -157,11 +183,14 @@ pub fn check(proof: &str, target: &Target<'_>, now: i64) -> Result<Checked, Proo
     }
     let claims: Claims =
         serde_json::from_slice(&decode(c64)?).map_err(|_| ProofError::Malformed)?;
-    let htu = claims.htu.split(['?', '#']).next().unwrap_or_default();
-    if claims.htm != target.method || htu != target.url {
+    let same_url = normalized(&claims.htu)
+        .zip(normalized(target.url))
+        .is_some_and(|(a, b)| a == b);
+    if claims.htm != target.method || !same_url {
         return Err(ProofError::Target);
     }
-    if claims.iat < now - MAX_AGE_SECS || claims.iat > now + MAX_AHEAD_SECS {
+    let iat = claims.iat().ok_or(ProofError::Time)?;
+    if iat < now - MAX_AGE_SECS || iat > now + MAX_AHEAD_SECS {
         return Err(ProofError::Time);
     }
     let expected_ath = target.token.map(|t| b64_sha256(t.as_bytes()));
@@ -344,9 +373,40 @@ pub mod tests {
     }
 
     #[test]
-    fn the_query_is_not_part_of_htu() {
+    fn htu_is_compared_as_rfc_3986_normalises_it() {
         let k = ClientKey::new();
-        let p = k.proof("POST", &format!("{URL}?a=b"), 1000, None);
+        for same in [
+            format!("{URL}?a=b"),
+            "HTTPS://Broker.Example/v1/exchange".to_owned(),
+            "https://broker.example:443/v1/exchange#x".to_owned(),
+        ] {
+            let p = k.proof("POST", &same, 1000, None);
+            assert!(check(&p, &target(None), 1000).is_ok(), "{same}");
+        }
+        for other in [
+            "https://broker.example/v1/Exchange",
+            "https://broker.example:8443/v1/exchange",
+            "http://broker.example/v1/exchange",
+            "https://broker.example/v1/exchange/",
+            "/v1/exchange",
+        ] {
+            let p = k.proof("POST", other, 1000, None);
+            assert_eq!(
+                check(&p, &target(None), 1000).err(),
+                Some(ProofError::Target),
+                "{other}"
+            );
+        }
+    }
+
+    #[test]
+    fn iat_may_have_a_fraction() {
+        let k = ClientKey::new();
+        let claims = serde_json::json!({"jti": "j", "htm": "POST", "htu": URL, "iat": 1000.5});
+        let p = k.proof_with(
+            serde_json::json!({"typ": "dpop+jwt", "alg": "ES256", "jwk": k.jwk()}),
+            claims,
+        );
         assert!(check(&p, &target(None), 1000).is_ok());
     }
 }

@@ -19,7 +19,8 @@ use tessera_client::types::{
 
 const NOTES: &str = "http://127.0.0.1:9/mcp";
 const OTHER: &str = "https://other.example/api";
-const NOTES_SECRET: &str = "notes-introspection-secret-0123456789abcdef";
+// Characters a form decoding would change: many clients send Basic credentials as they are.
+const NOTES_SECRET: &str = "notes+introspection/secret=0123456789abcdef";
 const OTHER_SECRET: &str = "other-introspection-secret-0123456789abcdef";
 
 const CONFIG: &str = r#"
@@ -400,6 +401,10 @@ async fn a_token_exchange_is_decided_and_audited_as_a_capability() {
         "unsupported_media_type",
     )
     .await;
+    // A parameter without a value is as if omitted (RFC 6749 §3.1).
+    let mut p = form(&run_token, NOTES, "notes:read");
+    p.push(("audience", String::new()));
+    assert_eq!(token_request(&app, &p, None).await.status(), StatusCode::OK);
     // A subject token that is not a run's.
     let resp = token_request(&app, &form("tsr_run_forged", NOTES, "notes:read"), None).await;
     oauth_error(
@@ -729,6 +734,11 @@ async fn a_dpop_bound_capability_needs_its_key_at_exchange_and_introspection() {
         "invalid_dpop_proof"
     );
     assert_eq!(app.count("capabilities").await, before);
+    let denied = app.audit("event=capability.denied").await;
+    assert!(
+        denied.iter().any(|r| r["reason"] == "invalid_dpop_proof"),
+        "audited"
+    );
 }
 
 #[tokio::test]
@@ -831,7 +841,24 @@ async fn the_rust_client_binds_and_proves_without_being_asked_twice() {
     let at = client.access_token(NOTES, "notes:read").await.unwrap();
     assert_eq!(at.token_type, "DPoP");
     assert!(!format!("{at:?}").contains(at.token()));
-    assert!(client.dpop_proof("GET", NOTES, &at).is_some());
+    let proof = client
+        .dpop_proof("GET", NOTES, &at, Some("rs-nonce"))
+        .unwrap();
+    let claims: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(proof.split('.').nth(1).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (claims["htu"].as_str(), claims["nonce"].as_str()),
+        (Some(NOTES), Some("rs-nonce")),
+        "the resource server's nonce, not the broker's"
+    );
+    assert_eq!(
+        claims["ath"],
+        URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(at.token().as_bytes()))
+    );
     let err = client.access_token(NOTES, "notes:write").await.unwrap_err();
     assert_eq!(err.code(), Some("capability_denied"));
     assert!(err.to_string().contains("request req_"), "{err}");

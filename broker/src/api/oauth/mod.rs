@@ -174,7 +174,8 @@ pub(crate) fn no_store() -> [(axum::http::HeaderName, &'static str); 2] {
 
 /// A form body (`application/x-www-form-urlencoded`), each parameter at most
 /// once (RFC 6749 §3.2: "MUST NOT be included more than once"); parameters it
-/// does not know are ignored, as the RFC says.
+/// does not know are ignored, and one without a value is as if omitted (§3.1),
+/// as the RFC says.
 pub(crate) fn form(
     headers: &HeaderMap,
     body: &[u8],
@@ -193,6 +194,9 @@ pub(crate) fn form(
     }
     let mut out = BTreeMap::new();
     for (k, v) in form_urlencoded::parse(body) {
+        if v.is_empty() {
+            continue;
+        }
         if out.insert(k.clone().into_owned(), v.into_owned()).is_some() {
             return Err(OAuthFailure::invalid_request(format!(
                 "parameter {:?} is given more than once",

@@ -7,7 +7,7 @@
 //! scopes asks twice and gets two tokens policy decided separately.
 
 use super::{form, no_store, OAuthFailure};
-use crate::api::capabilities::{issue, Form, Grant, Outcome};
+use crate::api::capabilities::{issue, refuse_before_policy, Form, Grant, Outcome};
 use crate::api::extract::{run_from, RequestId};
 use crate::api::refusals;
 use crate::app::AppState;
@@ -146,14 +146,23 @@ async fn exchange(
     if state != RunState::Active {
         return Err(OAuthFailure::from_api(refusals::run_inactive(state)));
     }
-    let jkt = app
+    let cedar_resource = format!("{backend}:{resource}");
+    let jkt = match app
         .dpop
-        .check(headers, "POST", "/oauth/token", None, now)
-        .map_err(|e| OAuthFailure::from_api(refusals::dpop(&app.dpop, e, false, now)))?;
+        .check(headers, ("POST", "/oauth/token"), None, &run.id, now)
+    {
+        Ok(jkt) => jkt,
+        Err(e) => {
+            let refusal = refusals::dpop(&app.dpop, e, false, now);
+            let refusal =
+                refuse_before_policy(app, &run, rid, (scope, &cedar_resource), refusal).await;
+            return Err(OAuthFailure::from_api(refusal));
+        }
+    };
     let bound = jkt.is_some();
     let req = CapabilityRequest {
         action: scope.to_owned(),
-        resource: format!("{backend}:{resource}"),
+        resource: cedar_resource,
         ttl: None,
         hold: None,
         slot: None,
