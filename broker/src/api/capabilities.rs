@@ -93,6 +93,7 @@ refusals!(RequestCapabilityRefusals {
     operation_id = "requestCapability",
     tags = ["capabilities"],
     security(("runToken" = [])),
+    params(("DPoP" = Option<String>, Header, description = "A DPoP proof (RFC 9449) for `POST` on this URL: the capability is bound to its key (`cnf.jkt`), docs/oauth.md.")),
     request_body(content = CapabilityRequest, example = json!({"action": "read", "resource": "svc-reports:reports/q1", "ttl": "5m"})),
     responses(
         (status = 201, description = "Capability issued.", body = CapabilityResponse),

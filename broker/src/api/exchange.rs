@@ -93,6 +93,7 @@ refusals!(ExchangeRefusals {
     path = "/v1/exchange",
     operation_id = "exchange",
     tags = ["exchange"],
+    params(("DPoP" = Option<String>, Header, description = "Required for a capability bound to a DPoP key (`cnf.jkt`): a proof by that key for `POST` on this URL with `ath` of the capability (RFC 9449).")),
     request_body(content = ExchangeRequest, example = json!({"capability": "eyJhbGciOiJFZERTQSIsInR5cCI6InRzci1jYXArand0Iiwia2lkIjoiLi4uIn0.eyJ...In0.c2ln"})),
     responses(
         (status = 200, description = "Downstream credential issued.", body = ExchangeResponse),

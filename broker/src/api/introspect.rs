@@ -59,6 +59,7 @@ refusals!(IntrospectRefusals {
     operation_id = "introspect",
     tags = ["introspection"],
     security(("runtimeKey" = []), ("adminToken" = [])),
+    params(("DPoP" = Option<String>, Header, description = "For a capability bound to a DPoP key: a proof by that key for `POST` on this URL with `ath` of the token; without it a bound capability is `{\"active\": false}`.")),
     request_body(content = IntrospectRequest, example = json!({"token": "eyJhbGciOiJFZERTQSIsInR5cCI6InRzci1jYXArand0Iiwia2lkIjoiLi4uIn0.eyJ...In0.c2ln"})),
     responses(
         (status = 200, description = "Introspection result.", body = IntrospectResponse),

@@ -409,4 +409,30 @@ pub mod tests {
         );
         assert!(check(&p, &target(None), 1000).is_ok());
     }
+
+    proptest::proptest! {
+        /// Whatever is sent as a proof, nothing panics and only a proof signed
+        /// by its own key for this method, URL, time and token passes: any
+        /// change to a good proof's bytes is refused.
+        #[test]
+        fn no_altered_proof_passes(flip in 0usize..4096, bit in 0u8..8, junk in ".{0,300}") {
+            let _ = check(&junk, &target(Some("tok")), 1000);
+            let k = ClientKey::new();
+            let good = k.proof("POST", URL, 1000, Some("tok"));
+            let mut bytes = good.clone().into_bytes();
+            let i = flip % bytes.len();
+            bytes[i] ^= 1 << bit;
+            if let Ok(altered) = String::from_utf8(bytes) {
+                if altered != good {
+                    let r = check(&altered, &target(Some("tok")), 1000);
+                    // Base64url's last character carries spare bits a decoder may ignore:
+                    // if it still passes, it must decode to the very same proof.
+                    if let Ok(c) = r {
+                        proptest::prop_assert_eq!(c.jkt, check(&good, &target(Some("tok")), 1000).unwrap().jkt);
+                        proptest::prop_assert!(URL_SAFE_NO_PAD.decode(altered.split('.').nth(2).unwrap_or("")).is_ok());
+                    }
+                }
+            }
+        }
+    }
 }

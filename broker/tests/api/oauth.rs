@@ -401,6 +401,15 @@ async fn a_token_exchange_is_decided_and_audited_as_a_capability() {
         "unsupported_media_type",
     )
     .await;
+    // A capability for a protected resource is never issued: only tokens, here.
+    let resp = app
+        .capability(&run_token, "notes:read", &format!("notes:{NOTES}"))
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["error"]["code"],
+        "invalid_resource"
+    );
     // A parameter without a value is as if omitted (RFC 6749 §3.1).
     let mut p = form(&run_token, NOTES, "notes:read");
     p.push(("audience", String::new()));
