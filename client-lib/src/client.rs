@@ -6,10 +6,13 @@
 //! sandbox (or a descriptor it passes) is not. A token in `TESSERA_RUN_TOKEN`
 //! works only with the explicit opt-in `TESSERA_ALLOW_TOKEN_ENV=1`, with a warning.
 //!
-//! Retries: a 503 (store or backend unavailable), a 429 (rate limited, honouring
-//! `Retry-After`) and a connection that could not be opened are retried with
-//! jittered exponential backoff within a time budget; a decision (403, 401, 400,
-//! 404) never is — asking again would not change it.
+//! Retries: a 503 that says nothing was done (`store_unavailable`,
+//! `backend_throttled`), a 429 (rate limited, honouring `Retry-After`) and a
+//! connection that could not be opened are retried with jittered exponential
+//! backoff within a time budget; a decision (403, 401, 400, 404) never is —
+//! asking again would not change it — nor is a refusal that may follow a
+//! request that took effect (`request_timeout`) or that asking again will not
+//! change (500, 502, `backend_unsafe_defaults`).
 
 use crate::credentials::{AwsCredentials, Capability, DatabaseCredentials, Exchanged};
 use crate::dpop::DpopKey;
@@ -965,7 +968,17 @@ impl Client {
             };
             let wait = match &err {
                 Error::RateLimited { retry_after, .. } => *retry_after,
-                Error::Unavailable { .. } => inner.retry.backoff(retry),
+                // Only what certainly issued nothing: no answer, or a 503 that
+                // says so. A `request_timeout` may follow a request that took
+                // effect, a 500 or 502 will not pass by asking again.
+                Error::Unavailable { code, .. }
+                    if matches!(
+                        code.as_deref(),
+                        None | Some("store_unavailable" | "backend_throttled")
+                    ) =>
+                {
+                    inner.retry.backoff(retry)
+                }
                 _ => return Err(err),
             };
             if retry >= inner.retry.max_retries || waited + wait > inner.retry.budget {

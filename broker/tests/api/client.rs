@@ -257,3 +257,102 @@ async fn credentials_are_refreshed_before_they_expire() {
     let second = fresh.get().await.unwrap();
     assert_ne!(second, first, "a new lease before the old one expired");
 }
+
+/// A broker that answers every request with `status` and Tessera error `code`,
+/// counting the requests it gets.
+async fn fixed_answer(
+    status: u16,
+    code: &'static str,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut got = Vec::new();
+                // Read the head and the declared body, then answer and close.
+                loop {
+                    let Ok(n) = conn.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got);
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if got.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                seen.fetch_add(1, Ordering::SeqCst);
+                let body = format!(
+                    r#"{{"error":{{"code":"{code}","message":"m","request_id":"req_x"}}}}"#
+                );
+                let resp = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    (format!("http://{addr}"), count)
+}
+
+/// A refusal that may have followed a request that took effect (a 503
+/// `request_timeout`), or that says the request failed for good (500, 502), is
+/// never sent again: a capability or an exchange could be issued twice. Only
+/// what certainly issued nothing and may pass (`store_unavailable`,
+/// `backend_throttled`, 429, no answer) is retried.
+#[tokio::test]
+async fn only_what_issued_nothing_is_retried() {
+    let patient = RetryPolicy {
+        max_retries: 3,
+        base: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(20),
+        budget: Duration::from_secs(5),
+    };
+    for (status, code, tries) in [
+        (503, "request_timeout", 1),
+        (500, "internal", 1),
+        (502, "backend_refused", 1),
+        (503, "backend_unsafe_defaults", 1),
+        (503, "store_unavailable", 4),
+        (503, "backend_throttled", 4),
+    ] {
+        let (addr, count) = fixed_answer(status, code).await;
+        let c = Client::builder()
+            .address(addr)
+            .run_token(secrecy::SecretString::from(format!(
+                "tsr_run_{}",
+                "a".repeat(43)
+            )))
+            .retry(patient.clone())
+            .build()
+            .unwrap();
+        let err = c
+            .capability("read", "svc-reports:reports/q1")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some(code), "{err}");
+        assert_eq!(count.load(Ordering::SeqCst), tries, "{status} {code}");
+    }
+}
