@@ -28,7 +28,7 @@ fi
 
 dir=$(mktemp -d)
 pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+trap '[ -n "$pid" ] && { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }; rm -rf "$dir"' EXIT
 mkdir "$dir/policy"
 cp policy/schema.cedarschema bench/policy/entities.json bench/policy/bench.cedar "$dir/policy/"
 cat > "$dir/policy/notes.cedar" <<'CEDAR'

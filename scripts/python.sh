@@ -17,7 +17,8 @@
 # installed from this clone with --no-deps (editable, and put first on PYTHONPATH
 # by `run`, so the code tested is always this clone's).
 #
-# `run` fails on any failure, on no test collected, and on any skipped test: the
+# `run` fails on any failure, on no test collected, and on any skip (a skipped or
+# xfailed test, or a module skipped at collection; tessera_strict): the
 # tests need the broker binary, PostgreSQL on 127.0.0.1:5432 and moto
 # (scripts/moto.sh), and a missing one fails them — they never skip.
 set -euo pipefail

@@ -13,10 +13,12 @@ only on the official MCP Python SDK (`mcp`), PyJWT and httpx:
   URL, exactly), `exp`; a DPoP-bound token (`cnf`) presented as a bearer token is refused;
 - then (unless --no-introspection) RFC 7662 introspection with this server's own client
   credential tells whether the token is still active, so a token from an ended run is
-  refused at once, before its `exp`;
+  refused at once, before its `exp`; introspection that fails or answers anything but a
+  JSON object refuses the token too (401: fail closed);
 - each tool needs its scope: a `tools/call` whose token lacks it is answered 403
   `insufficient_scope` naming the scope (MCP step-up authorization), and the tool checks
-  again itself.
+  again itself. A body the check cannot read is refused, never passed on unchecked:
+  over 1 MiB is 413, JSON nested too deep to parse is 400 (JSON-RPC parse error).
 
     python examples/mcp/server.py --port 8931 --issuer http://127.0.0.1:8700
     # introspection credential: --client-id (default "notes") and the secret in
@@ -55,7 +57,9 @@ log = logging.getLogger("notes-server")
 # server's whole vocabulary: `scopes_supported` in the metadata is exactly this set.
 TOOL_SCOPES = {"list_notes": "notes:read", "add_note": "notes:write"}
 SCOPES = sorted(set(TOOL_SCOPES.values()))
-MAX_BODY = 1 << 20  # what the scope check buffers of a POST; the transport refuses larger bodies anyway
+# The most the scope check buffers of a POST. The transport takes larger bodies, so a
+# larger one is refused (413) here: passed on, it would reach the tools unchecked.
+MAX_BODY = 1 << 20
 
 
 class DiscoveryError(RuntimeError):
@@ -190,6 +194,9 @@ class JwtIntrospectionVerifier:
         )
         response.raise_for_status()
         body = response.json()
+        # RFC 7662 §2.2: a JSON object. Anything else says nothing: refused (fail closed).
+        if not isinstance(body, dict):
+            raise RefusedToken(f"introspection answered a JSON {type(body).__name__}, not an object")
         if body.get("active") is not True:
             raise RefusedToken("inactive at introspection (the run ended or the token was revoked)")
         # Introspection answers for this resource's tokens only; check it said so.
@@ -224,6 +231,10 @@ class ToolScopeMiddleware:
         if not isinstance(user, AuthenticatedUser):
             await self.app(scope, receive, send)  # the SDK answers 401
             return
+        # A body the check cannot read whole is refused, never passed on unchecked.
+        if declared_length(scope) > MAX_BODY:
+            await self.refuse(send, 413, None, -32600, f"the request body is over {MAX_BODY} bytes")
+            return
         messages: list[Message] = []
         size = 0
         while True:
@@ -232,11 +243,17 @@ class ToolScopeMiddleware:
             if message["type"] != "http.request":
                 break
             size += len(message.get("body", b""))
-            if size > MAX_BODY or not message.get("more_body", False):
+            if size > MAX_BODY:
+                await self.refuse(send, 413, None, -32600, f"the request body is over {MAX_BODY} bytes")
+                return
+            if not message.get("more_body", False):
                 break
-        missing, request_id = None, None
-        if size <= MAX_BODY:
+        try:
             missing, request_id = missing_scope(b"".join(m.get("body", b"") for m in messages), set(user.scopes))
+        except UnreadableBody as e:
+            log.warning("request refused: %s", e)
+            await self.refuse(send, 400, None, -32700, f"Parse error: {e}")
+            return
 
         async def replay() -> Message:
             return messages.pop(0) if messages else await receive()
@@ -276,11 +293,46 @@ class ToolScopeMiddleware:
         )
         await send({"type": "http.response.body", "body": body})
 
+    @staticmethod
+    async def refuse(send: Send, status: int, request_id: Any, code: int, message: str) -> None:
+        """A JSON-RPC error with an HTTP status, for a body the scope check cannot take."""
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class UnreadableBody(ValueError):
+    """JSON the scope check cannot read (nested too deep): refused, not passed on."""
+
+
+def declared_length(scope: Scope) -> int:
+    """The request's Content-Length (-1 without one; a chunked body is counted as read)."""
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return MAX_BODY + 1  # not a length: refused with the oversized
+    return -1
+
 
 def missing_scope(body: bytes, scopes: set[str]) -> tuple[str | None, Any]:
-    """The first scope a tools/call in `body` needs and `scopes` lacks (None if none), and its id."""
+    """The first scope a tools/call in `body` needs and `scopes` lacks (None if none), and its id.
+    Raises UnreadableBody for JSON nested deeper than the parser goes."""
     try:
         parsed = json.loads(body)
+    except RecursionError:
+        raise UnreadableBody("the JSON is nested too deep") from None
     except ValueError:
         return None, None  # not JSON: the transport answers the parse error
     for message in parsed if isinstance(parsed, list) else [parsed]:

@@ -18,7 +18,10 @@ from support import Broker, Moto, free_port, start_broker, start_moto, write_sec
 from support import SDK_POLICY  # noqa: E402
 
 PG_SERVER = "postgres://postgres@127.0.0.1:5432"
-NOTES = "http://127.0.0.1:8931/mcp"
+# The `notes` resource server's URL: a free port, so a test can stand a server up there
+# (AccessToken.auth() sends the token to its resource's origin and path only).
+NOTES_PORT = free_port()
+NOTES = f"http://127.0.0.1:{NOTES_PORT}/mcp"
 NOTES_SECRET = "sdk-test-introspection-" + secrets.token_hex(16)
 API_SECRET = "sdk-test-api-secret-" + secrets.token_hex(16)
 TASK = {"id": "t-1", "kind": "summarize"}

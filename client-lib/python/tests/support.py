@@ -260,7 +260,9 @@ class Recorder:
     """A plain HTTP server on 127.0.0.1 that records what it received and answers
     with what ``respond`` says (status, headers, body)."""
 
-    def __init__(self, respond: Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]]) -> None:
+    def __init__(
+        self, respond: Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]], port: int = 0
+    ) -> None:
         self.requests: list[dict[str, Any]] = []
         recorder = self
 
@@ -288,7 +290,7 @@ class Recorder:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = int(self.server.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -97,3 +97,80 @@ async def test_async_aws_session(aws_broker: Broker, moto: Moto, _keys: dict[str
             s3 = session.client("s3", endpoint_url=moto.endpoint)
             body = s3.get_object(Bucket="tessera-reports", Key="reports/2026/q1.csv")["Body"].read()
             assert body.startswith(b"quarter")
+
+
+async def _assert_ended(rt: tessera.AsyncRuntime, broker: Broker, run: tessera.AsyncRun, cap: tessera.Capability) -> None:
+    """The broker's view: the run ended, its capability inactive, its token refused."""
+    assert run.ended is not None
+    assert (await rt.get_run(run.run_id))["state"] == "ended"
+    assert await rt.introspect(cap) == {"active": False}
+    async with tessera.AsyncTool(broker.addr, run.token, env={}) as tool:
+        with pytest.raises(tessera.Expired) as e:
+            await tool.capability("read", REPORT)
+    assert e.value.code == "run_ended"
+
+
+@pytest.mark.asyncio
+async def test_async_run_is_ended_when_an_anyio_scope_cancels_it(broker: Broker, runtime_key: str) -> None:
+    """anyio's cancellation reaches every await in the scope: the end is shielded from it."""
+    import anyio
+
+    kept: dict[str, Any] = {}
+    async with tessera.AsyncRuntime(broker.addr, runtime_key) as rt:
+        with anyio.move_on_after(30) as scope:
+            async with rt.run(user="alice", task=TASK) as run:
+                kept["cap"] = await run.tool().capability("read", REPORT)
+                kept["run"] = run
+                scope.cancel()  # as a deadline or a task group would
+                await anyio.sleep(30)
+        assert scope.cancelled_caught
+        await _assert_ended(rt, broker, kept["run"], kept["cap"])
+
+
+@pytest.mark.asyncio
+async def test_async_run_is_ended_when_the_task_is_cancelled_again_while_ending(
+    broker: Broker, runtime_key: str
+) -> None:
+    """asyncio: the task is cancelled, and cancelled again while its run is being ended
+    (a supervisor that insists); the end still reaches the broker, then the task is cancelled."""
+    import asyncio
+
+    import httpx
+
+    ending = asyncio.Event()
+
+    class SlowEnd(httpx.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/end"):
+                ending.set()
+                await asyncio.sleep(0.5)  # a slow broker: the second cancel lands here
+            return await self.inner.handle_async_request(request)
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    kept: dict[str, Any] = {}
+    entered = asyncio.Event()
+    async with tessera.AsyncRuntime(broker.addr, runtime_key) as rt:
+        await rt._driver.client.aclose()
+        rt._driver.client = httpx.AsyncClient(transport=SlowEnd(), trust_env=False, follow_redirects=False)
+
+        async def task() -> None:
+            async with rt.run(user="alice", task=TASK) as run:
+                kept["cap"] = await run.tool().capability("read", REPORT)
+                kept["run"] = run
+                entered.set()
+                await asyncio.sleep(30)
+
+        t = asyncio.create_task(task())
+        await asyncio.wait_for(entered.wait(), 30)
+        t.cancel()
+        await asyncio.wait_for(ending.wait(), 30)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(t, 30)
+        assert t.cancelled()
+        await _assert_ended(rt, broker, kept["run"], kept["cap"])

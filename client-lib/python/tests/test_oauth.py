@@ -12,7 +12,7 @@ import jwt
 import pytest
 
 import tessera
-from conftest import NOTES, NOTES_SECRET, TASK
+from conftest import NOTES, NOTES_PORT, NOTES_SECRET, TASK
 from support import Broker, Recorder
 
 
@@ -160,8 +160,9 @@ def test_the_httpx_auth_answers_a_resource_servers_nonce(oauth_runtime: tessera.
                 return 401, {"WWW-Authenticate": 'DPoP error="use_dpop_nonce"', "DPoP-Nonce": "rs-nonce-1"}, b""
             return 200, {"content-type": "application/json"}, b'{"ok": true}'
 
-        server = Recorder(respond)
+        server = Recorder(respond, port=NOTES_PORT)  # the token's resource: NOTES
         try:
+            assert f"{server.url}/mcp" == NOTES
             with httpx.Client(auth=token.auth(), trust_env=False) as client:
                 r = client.get(f"{server.url}/mcp?x=1")
                 assert r.status_code == 200 and r.json() == {"ok": True}
@@ -169,6 +170,9 @@ def test_the_httpx_auth_answers_a_resource_servers_nonce(oauth_runtime: tessera.
                 before = len(server.requests)
                 assert client.get(f"{server.url}/mcp").status_code == 200
                 assert len(server.requests) == before + 1
+                # Off the resource's path the token is not sent at all.
+                with pytest.raises(tessera.ConfigError, match="refusing to send the access token"):
+                    client.get(f"{server.url}/admin")
         finally:
             server.close()
         assert len(server.requests) == 3

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import base64
 import importlib.util
 import json
 import os
@@ -17,12 +18,15 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 import jwt
@@ -250,13 +254,20 @@ def broker() -> Iterator[Broker]:
 
 
 def start_server(broker: Broker, url: str, client_id: str, secret_env: str) -> Iterator[NotesServer]:
+    yield from start_server_at(broker.addr, broker.dir, url, client_id, secret_env, SECRETS[secret_env])
+
+
+def start_server_at(
+    issuer: str, logdir: Path, url: str, client_id: str, secret_env: str, secret: str
+) -> Iterator[NotesServer]:
+    """examples/mcp/server.py on `url`, trusting the authorization server `issuer`."""
     port = int(url.rsplit(":", 1)[1].split("/")[0])
-    log = broker.dir / f"server-{port}.log"
+    log = logdir / f"server-{port}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
-    env[secret_env] = SECRETS[secret_env]
+    env[secret_env] = secret
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, str(EXAMPLE / "server.py"), "--port", str(port), "--issuer", broker.addr]
+            [sys.executable, str(EXAMPLE / "server.py"), "--port", str(port), "--issuer", issuer]
             + ["--client-id", client_id, "--client-secret-env", secret_env],
             env=env,
             stdin=subprocess.DEVNULL,
@@ -542,3 +553,224 @@ def test_the_server_does_not_import_tessera() -> None:
     modules |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert "tessera" not in modules
     assert {"mcp", "jwt", "httpx"} <= modules
+
+
+# (h) A stand-in authorization server, to forge what Tessera never issues ------------------
+#
+# The notes server trusts whatever issuer it is pointed at: here one on 127.0.0.1 with its
+# own Ed25519 key (RFC 8414 metadata, a JWKS, RFC 7662 introspection whose answer each test
+# chooses). Tokens are forged with PyJWT and cryptography.
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class FakeAuthorizationServer:
+    def __init__(self) -> None:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        self.key = Ed25519PrivateKey.generate()
+        self.public_raw = self.key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        self.jwk = {"kty": "OKP", "crv": "Ed25519", "x": b64url(self.public_raw), "kid": "fake-1", "alg": "EdDSA", "use": "sig"}
+        #: what /introspect answers: "active" (the token's claims), "list" (a JSON array),
+        #: "down" (503), "hangup" (the connection closed without an answer)
+        self.introspection = "active"
+        self.introspected = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path == "/.well-known/oauth-authorization-server":
+                    fake.answer(self, 200, fake.metadata())
+                elif self.path == "/jwks":
+                    fake.answer(self, 200, {"keys": [fake.jwk]})
+                else:
+                    fake.answer(self, 404, {"error": "not_found"})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if self.path != "/introspect":
+                    fake.answer(self, 404, {"error": "not_found"})
+                    return
+                fake.introspected += 1
+                mode = fake.introspection
+                if mode == "hangup":
+                    self.close_connection = True
+                    return
+                if mode == "down":
+                    fake.answer(self, 503, {"error": "temporarily_unavailable"})
+                elif mode == "list":
+                    fake.answer(self, 200, [{"active": True}])
+                else:
+                    token = parse_qs(body.decode())["token"][0]
+                    fake.answer(self, 200, {"active": True, **jwt.decode(token, options={"verify_signature": False})})
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "issuer": self.issuer,
+            "jwks_uri": f"{self.issuer}/jwks",
+            "introspection_endpoint": f"{self.issuer}/introspect",
+            "token_endpoint": f"{self.issuer}/token",
+        }
+
+    @staticmethod
+    def answer(handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+        out = json.dumps(body).encode()
+        handler.send_response(status)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("content-length", str(len(out)))
+        handler.end_headers()
+        handler.wfile.write(out)
+
+    def claims(self, aud: Any, scope: str = "notes:read") -> dict[str, Any]:
+        now = int(time.time())
+        return {
+            "iss": self.issuer, "aud": aud, "sub": "alice", "jti": uuid.uuid4().hex,
+            "iat": now, "nbf": now, "exp": now + 300, "scope": scope, "client_id": "forged",
+        }  # fmt: skip
+
+    def token(self, aud: Any, scope: str = "notes:read", headers: dict[str, Any] | None = None) -> str:
+        """A token as the authorization server would sign it (EdDSA, typ at+jwt, its kid)."""
+        return jwt.encode(
+            self.claims(aud, scope), self.key, algorithm="EdDSA", headers={"typ": "at+jwt", "kid": "fake-1", **(headers or {})}
+        )
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class FakeSetup:
+    server: FakeAuthorizationServer
+    notes: NotesServer
+
+    @property
+    def url(self) -> str:
+        return self.notes.url
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeSetup]:
+    server = FakeAuthorizationServer()
+    try:
+        url = f"http://127.0.0.1:{free_port()}/mcp"
+        logdir = tmp_path_factory.mktemp("fake-as")
+        for notes in start_server_at(server.issuer, logdir, url, "notes", "NOTES_INTROSPECTION_SECRET", "s" * 40):
+            yield FakeSetup(server, notes)
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def introspection(fake: FakeSetup) -> Iterator[FakeAuthorizationServer]:
+    """The stand-in's introspection, set back to "active" after each test."""
+    yield fake.server
+    fake.server.introspection = "active"
+
+
+def initialize(url: str, token: str) -> httpx.Response:
+    return httpx.post(url, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def test_a_token_of_the_stand_in_is_accepted(fake: FakeSetup) -> None:
+    # The control: what the refusals below differ from is only what each test changes.
+    token = fake.server.token(fake.url)
+    assert initialize(fake.url, token).status_code == 200
+    assert result_data(call(fake.url, token, "list_notes")) == {"result": []}
+
+
+def test_forged_tokens_are_refused(fake: FakeSetup) -> None:
+    s = fake.server
+    claims = s.claims(fake.url)
+    forged = {
+        # Algorithm confusion: HS256 keyed with the JWKS's public key (raw, and as its JWK `x`).
+        "HS256 with the public key": jwt.encode(claims, s.public_raw, algorithm="HS256", headers={"typ": "at+jwt", "kid": "fake-1"}),
+        "HS256 with the JWK x": jwt.encode(claims, s.jwk["x"], algorithm="HS256", headers={"typ": "at+jwt", "kid": "fake-1"}),
+        # Signed by the right key, but no access token type: an ID token or any other JWT.
+        "no typ": s.token(fake.url, headers={"typ": None}),
+        "typ JWT": s.token(fake.url, headers={"typ": "JWT"}),
+        # Meant for this server and another: the other could replay it here.
+        "aud list": s.token([fake.url, "http://127.0.0.1:1/other"]),
+        "aud list of one": s.token([fake.url]),
+        "another aud": s.token("http://127.0.0.1:1/other"),
+        "alg none": jwt.encode(claims, None, algorithm="none", headers={"typ": "at+jwt", "kid": "fake-1"}),
+    }
+    assert "typ" not in jwt.get_unverified_header(forged["no typ"])
+    offset = fake.notes.log_size()
+    for what, token in forged.items():
+        response = initialize(fake.url, token)
+        assert response.status_code == 401, (what, response.status_code, response.text)
+        assert 'error="invalid_token"' in response.headers["www-authenticate"], what
+        refused = refusal(fake.url, token, "list_notes")
+        assert refused.status == 401, what
+    log = fake.notes.log_since(offset)
+    assert "The specified alg value is not allowed" in log and "is not at+jwt" in log
+    assert "Invalid claim format in token (strict)" in log
+
+
+@pytest.mark.parametrize("mode", ["down", "hangup", "list"])
+def test_introspection_that_fails_refuses_the_token(fake: FakeSetup, introspection: FakeAuthorizationServer, mode: str) -> None:
+    """Fail closed: a token whose state cannot be learned is refused (401, never a 500)."""
+    token = fake.server.token(fake.url)
+    assert initialize(fake.url, token).status_code == 200
+    introspection.introspection = mode
+    before, offset = introspection.introspected, fake.notes.log_size()
+    response = initialize(fake.url, token)
+    assert response.status_code == 401, (mode, response.status_code, response.text)
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+    assert introspection.introspected > before
+    assert "token refused" in fake.notes.log_since(offset)
+    with pytest.raises(agent.Refused):
+        call(fake.url, token, "list_notes")
+
+
+def test_a_body_over_1_mib_is_413_not_unchecked(fake: FakeSetup) -> None:
+    """The scope check reads at most 1 MiB; a larger body is refused, never passed on unchecked."""
+    token = fake.server.token(fake.url, "notes:read")  # add_note needs notes:write
+    init = initialize(fake.url, token)
+    assert init.status_code == 200
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}", "mcp-session-id": init.headers["mcp-session-id"]}
+    big = json.dumps(
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "add_note", "arguments": {"text": "x" * (1 << 20)}}}
+    ).encode()
+    assert len(big) > 1 << 20
+    # With a Content-Length, and chunked (no length said up front).
+    for content in (big, iter([big[i : i + 65536] for i in range(0, len(big), 65536)])):
+        response = httpx.post(fake.url, content=content, headers=headers, timeout=30)
+        assert response.status_code == 413, response.text[:300]
+    # Nothing was written; a small body with the same call is the scope check's 403.
+    small = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "add_note", "arguments": {"text": "x"}}}
+    response = httpx.post(fake.url, json=small, headers=headers, timeout=30)
+    assert response.status_code == 403 and 'scope="notes:write"' in response.headers["www-authenticate"]
+    assert result_data(call(fake.url, token, "list_notes")) == {"result": []}
+
+
+def test_deeply_nested_json_is_refused_not_a_500(fake: FakeSetup) -> None:
+    token = fake.server.token(fake.url)
+    init = initialize(fake.url, token)
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}", "mcp-session-id": init.headers["mcp-session-id"]}
+    depth = 100_000
+    for body in (
+        b"[" * depth + b"]" * depth,
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add_note","arguments":'
+        + b'{"a":' * depth + b"1" + b"}" * depth + b"}}",
+    ):
+        assert len(body) < 1 << 20
+        response = httpx.post(fake.url, content=body, headers=headers, timeout=30)
+        assert response.status_code == 400, (response.status_code, response.text[:300])
+        assert response.json()["error"]["code"] == -32700
+    # The server is still up and answers.
+    assert result_data(call(fake.url, token, "list_notes")) == {"result": []}

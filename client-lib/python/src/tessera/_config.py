@@ -38,9 +38,13 @@ RUNTIME_KEY_PREFIX = "tsr_rt_"
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How requests are retried: a 503, a 429 (honouring ``Retry-After``) and a
-    connection that could not be opened, with jittered exponential backoff within
-    a time budget. A decision (400, 401, 403, 404, 409…) never is."""
+    """How requests are retried, with jittered exponential backoff within a time
+    budget: a 429 (honouring ``Retry-After``), a connection that could not be had,
+    a 503 after which nothing was done (``store_unavailable``, ``backend_throttled``);
+    and for idempotent calls only (GETs, ending a run, revoking…) any 503, a timeout
+    or a broken connection too. A request that may have taken effect is not sent
+    twice when that could issue twice; a decision (400, 401, 403, 404, 409…) never
+    is retried."""
 
     max_retries: int = 4
     base: float = 0.2
@@ -57,9 +61,22 @@ class RetryPolicy:
         return float(nominal * (0.5 + random.random()))
 
 
-def env_lookup(env: Mapping[str, str] | None = None) -> Mapping[str, str]:
+class Environment(dict):  # type: ignore[type-arg]
+    """The environment (or the ``env=`` mapping) as read: it may hold
+    ``TESSERA_RUNTIME_KEY`` or ``TESSERA_RUN_TOKEN``, so its ``repr`` (what a crash
+    reporter shows of a frame's locals) names the variables, not their values."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<environment: {len(self)} variables, values redacted>"
+
+    __str__ = __repr__
+
+
+def env_lookup(env: Mapping[str, str] | None = None) -> Environment:
     source = os.environ if env is None else env
-    return {k: v for k, v in source.items() if v != ""}
+    return Environment((k, v) for k, v in source.items() if v != "")
 
 
 def broker_address(text: str) -> str:
@@ -74,6 +91,34 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host.lower() == "localhost"
+
+
+def check_proxy(proxy: str, base: str, insecure_http: bool, what: str = "the run token") -> None:
+    """A proxy (``TESSERA_USE_PROXY=1``) follows the broker's rule for the hop to it.
+
+    To an ``http://`` broker the request, token and all, goes to the proxy as it is:
+    the proxy must be reached over TLS (``https://``) or on this machine, unless
+    ``TESSERA_INSECURE_HTTP=1``. To an ``https://`` broker the proxy carries a TLS
+    tunnel (``CONNECT``) and sees no token, whatever its own scheme."""
+    if urllib.parse.urlsplit(base).scheme == "https":
+        return
+    url = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    host = url.hostname or ""
+    if url.scheme == "https" or (url.scheme == "http" and is_loopback_host(host)):
+        return
+    if insecure_http:
+        log.warning(
+            "sending %s in clear through the %s proxy at %s (TESSERA_USE_PROXY=1, TESSERA_INSECURE_HTTP=1)",
+            what,
+            url.scheme,
+            host,
+        )
+        return
+    raise ConfigError(
+        f"refusing to send {what} in clear through the {url.scheme} proxy at {host} (TESSERA_USE_PROXY=1, "
+        "the broker address is http://): use an https:// proxy or one on this machine, an https:// "
+        "broker, or set TESSERA_INSECURE_HTTP=1 to accept that anyone on the path reads it"
+    )
 
 
 def check_transport(base: str, has_ca: bool, insecure_http: bool, what: str = "the run token") -> None:
@@ -100,13 +145,19 @@ def check_transport(base: str, has_ca: bool, insecure_http: bool, what: str = "t
     )
 
 
-def check_token_shape(token: str, prefix: str, what: str) -> None:
-    if (
-        not token.startswith(prefix)
-        or len(token) > 256
-        or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in token)
-    ):
+def check_token_shape(token: Secret, prefix: str, what: str) -> None:
+    # The value is looked at in a frame of its own that has returned before anything
+    # is raised: a traceback's locals never hold it.
+    if not _token_shaped(token.reveal(), prefix):
         raise ConfigError(f"the {what} must be one {prefix}… value (is the file the {what}?)")
+
+
+def _token_shaped(token: str, prefix: str) -> bool:
+    return (
+        token.startswith(prefix)
+        and len(token) <= 256
+        and not any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in token)
+    )
 
 
 def read_secret_file(path: str, what: str, fd_hint: str) -> Secret:
@@ -145,18 +196,24 @@ def read_secret_fd(fd: int, what: str) -> Secret:
 
 
 def _read_all(fd: int) -> str:
+    # What was read is dropped before an error is raised (a traceback's locals).
     chunks = []
+    size = 0
     while True:
         b = os.read(fd, 65536)
         if not b:
             break
         chunks.append(b)
-        if sum(len(c) for c in chunks) > 65536:
+        size += len(b)
+        if size > 65536:
+            del b, chunks
             raise ConfigError("the token file is too large to be a token")
     try:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError("the token file is not text") from None
+        pass
+    del b, chunks
+    raise ConfigError("the token file is not text")
 
 
 def run_token_from_env(env: Mapping[str, str]) -> Secret:
@@ -168,22 +225,22 @@ def run_token_from_env(env: Mapping[str, str]) -> Secret:
         except ValueError:
             raise ConfigError("TESSERA_RUN_TOKEN_FD must be a number") from None
         return read_secret_fd(n, "run token")
-    if token := env.get("TESSERA_RUN_TOKEN"):
+    if env.get("TESSERA_RUN_TOKEN"):
         if env.get("TESSERA_ALLOW_TOKEN_ENV") != "1":
             raise ConfigError(
                 "TESSERA_RUN_TOKEN is set but tokens in the environment leak to every child "
                 "process; use TESSERA_RUN_TOKEN_FILE, or set TESSERA_ALLOW_TOKEN_ENV=1 to accept the risk"
             )
         log.warning("using the run token from TESSERA_RUN_TOKEN: every child process inherits it")
-        return Secret(token)
+        return Secret(env["TESSERA_RUN_TOKEN"])
     raise ConfigError("no run token: set TESSERA_RUN_TOKEN_FILE (or TESSERA_RUN_TOKEN_FD)")
 
 
 def runtime_key_from_env(env: Mapping[str, str]) -> Secret:
     if path := env.get("TESSERA_RUNTIME_KEY_FILE"):
         return read_secret_file(path, "runtime key", "")
-    if key := env.get("TESSERA_RUNTIME_KEY"):
-        return Secret(key)
+    if env.get("TESSERA_RUNTIME_KEY"):
+        return Secret(env["TESSERA_RUNTIME_KEY"])
     raise ConfigError("no runtime key: set TESSERA_RUNTIME_KEY_FILE (or TESSERA_RUNTIME_KEY)")
 
 
@@ -240,6 +297,8 @@ def transport(
         scheme = urllib.parse.urlsplit(base).scheme
         if not urllib.request.proxy_bypass(host):
             proxy = proxies.get(scheme) or proxies.get("all")
+        if proxy:
+            check_proxy(proxy, base, insecure_http, what)
     return Transport(
         base=base,
         insecure_http=insecure_http,

@@ -12,7 +12,7 @@ from ._core import Call, Op, Reply
 from ._secret import Secret
 from .dpop import DPoPKey
 from .errors import ApprovalRequired, ConfigError, ProtocolError, Rejected
-from .models import AccessToken, Capability, Credential, GatewaySession, parse_time
+from .models import AccessToken, Capability, Credential, GatewaySession, parse_time, plain
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 APPROVAL_POLL = 20.0
@@ -138,7 +138,7 @@ class ToolOps(Endpoint):
         reply = yield Call("GET", path, bearer=self.token, extra_timeout=extra)
         if not isinstance(reply.body, dict):
             raise ProtocolError("an approval that is not an object")
-        return reply.body
+        return plain(reply.body)  # type: ignore[no-any-return]
 
     def wait_for_approval(
         self, approval_id: str, limit: float, on_status: Callable[[dict[str, Any]], None] | None
@@ -158,7 +158,7 @@ class ToolOps(Endpoint):
                 return approval
 
     def exchange(self, cap: Capability) -> Op[Credential]:
-        call = Call("POST", "/v1/exchange", json={"capability": cap.token.reveal()})
+        call = Call("POST", "/v1/exchange", json={"capability": cap.token})
         if cap.bound:
             if self._key is None or self._key.thumbprint != cap.jkt:
                 raise ConfigError("the capability is bound to a DPoP key this tool does not hold")
@@ -170,15 +170,19 @@ class ToolOps(Endpoint):
 
     def revoke(self, capability_id: str) -> Op[bool]:
         path = f"/v1/capabilities/{check_id(capability_id, 'capability')}/revoke"
-        reply = yield Call("POST", path, bearer=self.token)
+        reply = yield Call("POST", path, bearer=self.token, idempotent=True)
         return bool(reply.body.get("revoked"))
 
     def renew_holds(self, ids: list[str]) -> Op[dict[str, Any]]:
-        reply = yield Call("POST", "/v1/capabilities/renew", json={"capability_ids": list(ids)}, bearer=self.token)
-        return reply.body  # type: ignore[no-any-return]
+        # Renewing moves each hold's lapse forward: twice is once.
+        reply = yield Call(
+            "POST", "/v1/capabilities/renew", json={"capability_ids": list(ids)}, bearer=self.token, idempotent=True
+        )
+        return plain(reply.body)  # type: ignore[no-any-return]
 
     def gateway_session(self) -> Op[GatewaySession]:
-        reply = yield Call("POST", "/v1/gateway/session", bearer=self.token)
+        # The run's CA and placeholders: asking twice gives the same.
+        reply = yield Call("POST", "/v1/gateway/session", bearer=self.token, idempotent=True)
         return GatewaySession._from(reply.body)
 
     def access_token(
@@ -188,9 +192,11 @@ class ToolOps(Endpoint):
         dpop: bool,
         approval_id: str | None = None,
     ) -> Op[AccessToken]:
-        form = {
+        # The run token stays a Secret here (this generator's frame shows in
+        # tracebacks); it is revealed when the request is built.
+        form: dict[str, str | Secret] = {
             "grant_type": TOKEN_EXCHANGE,
-            "subject_token": self.token.reveal(),
+            "subject_token": self.token,
             "subject_token_type": RUN_TOKEN_TYPE,
             "resource": resource,
             "scope": scope,
@@ -225,7 +231,7 @@ class ToolOps(Endpoint):
 
     def oauth_metadata(self) -> Op[dict[str, Any]]:
         reply = yield Call("GET", "/.well-known/oauth-authorization-server")
-        return reply.body  # type: ignore[no-any-return]
+        return plain(reply.body)  # type: ignore[no-any-return]
 
 
 # ------------------------------------------------------------------ runtime side
@@ -257,21 +263,22 @@ class RuntimeOps(Endpoint):
         return reply.body  # type: ignore[no-any-return]
 
     def end_run(self, run_id: str) -> Op[dict[str, Any]]:
-        reply = yield Call("POST", f"/v1/runs/{check_id(run_id, 'run')}/end", bearer=self.key)
-        return reply.body  # type: ignore[no-any-return]
+        # A repeat revokes nothing: ending is idempotent.
+        reply = yield Call("POST", f"/v1/runs/{check_id(run_id, 'run')}/end", bearer=self.key, idempotent=True)
+        return plain(reply.body)  # type: ignore[no-any-return]
 
     def get_run(self, run_id: str) -> Op[dict[str, Any]]:
         reply = yield Call("GET", f"/v1/runs/{check_id(run_id, 'run')}", bearer=self.key)
-        return reply.body  # type: ignore[no-any-return]
+        return plain(reply.body)  # type: ignore[no-any-return]
 
     def introspect(self, token: Secret, dpop_key: DPoPKey | None) -> Op[dict[str, Any]]:
-        call = Call("POST", "/v1/introspect", json={"token": token.reveal()}, bearer=self.key)
+        call = Call("POST", "/v1/introspect", json={"token": token}, bearer=self.key, idempotent=True)
         if dpop_key is not None:
             call.dpop = dpop_key
             call.htu = yield from self.htu_op("/v1/introspect")
             call.ath_of = token
         reply = yield call
-        return reply.body  # type: ignore[no-any-return]
+        return plain(reply.body)  # type: ignore[no-any-return]
 
 
 def token_of(value: "str | Secret | Capability | AccessToken") -> Secret:

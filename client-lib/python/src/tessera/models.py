@@ -37,6 +37,15 @@ def parse_time(text: str | None) -> _dt.datetime | None:
     return value.astimezone(_dt.timezone.utc)
 
 
+def plain(value: Any) -> Any:
+    """``value`` with every dict in it (the SDK's redacting JSON objects) a plain ``dict``."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
 def _need(body: Mapping[str, Any], name: str, what: str) -> Any:
     if not isinstance(body, Mapping) or name not in body:
         raise ProtocolError(f"{what} without `{name}`")
@@ -118,7 +127,7 @@ class Credential:
         self.uses_left: int = int(body.get("uses_left", 0))
         self.args: str | None = body.get("args")
         skip = {"kind", "lease_id", "expires_at", "uses_left", "args"}
-        self._fields = {k: v for k, v in body.items() if k not in skip}
+        self._fields = {k: plain(v) for k, v in body.items() if k not in skip}
 
     def field(self, name: str, default: Any = None) -> Any:
         """A backend field (e.g. ``token`` for kind ``token``). May be a secret."""

@@ -3,10 +3,13 @@ tool, and end it — always — when the task is done."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import logging
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+
+import anyio
 
 from ._config import (
     RUNTIME_KEY_PREFIX,
@@ -18,8 +21,9 @@ from ._config import (
 )
 from ._core import AsyncDriver, SyncDriver
 from ._ops import RuntimeOps, token_of
-from ._secret import REDACTED, Secret
+from ._secret import REDACTED, Secret, secret
 from .dpop import DPoPKey
+from .errors import Unavailable
 from .models import AccessToken, Capability, parse_time
 
 if TYPE_CHECKING:
@@ -48,11 +52,11 @@ class _RuntimeConfig:
         self._transport = transport(
             e, addr, ca_file, timeout, connect_timeout, retry, insecure_http, use_proxy, "the runtime key"
         )
-        secret = Secret(key) if isinstance(key, str) else key
-        if secret is None:
-            secret = runtime_key_from_env(e)
-        check_token_shape(secret.reveal(), RUNTIME_KEY_PREFIX, "runtime key")
-        self._ops = RuntimeOps(self._transport.base, issuer, secret)
+        rt_key = Secret(key) if isinstance(key, str) else key
+        if rt_key is None:
+            rt_key = runtime_key_from_env(e)
+        check_token_shape(rt_key, RUNTIME_KEY_PREFIX, "runtime key")
+        self._ops = RuntimeOps(self._transport.base, issuer, rt_key)
         self._gateway = e.get("TESSERA_GATEWAY")
 
     @property
@@ -73,8 +77,15 @@ class _RuntimeConfig:
             "gateway": self._gateway,
         }
 
+    def _end_bound(self) -> float:
+        """How long ending a run may take once the caller is cancelled: one attempt."""
+        t = self._transport
+        return t.connect_timeout + t.timeout
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(address={self._transport.base!r}, key={REDACTED})"
+        # getattr: a constructor that failed leaves a half-built object in its frame.
+        base = getattr(getattr(self, "_transport", None), "base", None)
+        return f"{type(self).__name__}(address={base!r}, key={REDACTED})"
 
     __str__ = __repr__
 
@@ -95,10 +106,15 @@ class _RunBase:
         self.ended: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
+        # getattr: __init__ may have failed half-way (an answer it could not read).
+        expires_at = getattr(self, "expires_at", None)
+        task = getattr(self, "task", None)
         return (
-            f"{type(self).__name__}(run_id={self.run_id!r}, user={self.user!r}, "
-            f"task={self.task.get('id')!r}, expires_at={self.expires_at.isoformat()!r}, "
-            f"ended={self.ended is not None}, token={REDACTED})"
+            f"{type(self).__name__}(run_id={getattr(self, 'run_id', None)!r}, "
+            f"user={getattr(self, 'user', None)!r}, "
+            f"task={task.get('id') if isinstance(task, dict) else None!r}, "
+            f"expires_at={expires_at.isoformat() if expires_at is not None else None!r}, "
+            f"ended={getattr(self, 'ended', None) is not None}, token={REDACTED})"
         )
 
     __str__ = __repr__
@@ -180,17 +196,73 @@ class AsyncRun(_RunBase):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        try:
-            await self.end()
-        except Exception as end_error:
-            if exc is None:
-                raise
-            _note(exc, end_error, self.run_id)
+        # Also when the block is cancelled (an anyio scope's deadline, a task group,
+        # Task.cancel()): the end is shielded from the cancellation, bounded by one
+        # attempt's timeouts, and the cancellation propagates once it is done.
+        end_error, cancelled = await _shielded(self.end, self.runtime._end_bound())
+        if cancelled and not isinstance(exc, asyncio.CancelledError):
+            # Cancelled while ending (a body that had finished, or raised something
+            # else): the cancellation is what propagates.
+            cancellation = asyncio.CancelledError()
+            if end_error is not None:
+                _note(cancellation, end_error, self.run_id)
+            raise cancellation from exc
+        if end_error is None:
+            return
+        if exc is None:
+            raise end_error
+        _note(exc, end_error, self.run_id)
+
+
+async def _shielded(end: Callable[[], Awaitable[Any]], bound: float) -> tuple[Exception | None, bool]:
+    """Runs ``end()`` to completion whatever cancels the caller, for at most
+    ``bound`` seconds. Returns the error it raised (or ``None``) and whether the
+    caller's task was cancelled (``Task.cancel()``) meanwhile.
+
+    ``end()`` runs in a task of its own, so a ``Task.cancel()`` of the caller does
+    not reach it; the wait is in a shielded anyio scope, so the level-triggered
+    cancellation of an enclosing anyio scope (``move_on_after``, a task group) does
+    not either."""
+    task = asyncio.ensure_future(end())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound
+    cancelled = False
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                await asyncio.wait({task}, timeout=left)
+            except asyncio.CancelledError:
+                cancelled = True  # the end goes on; the cancellation is raised after it
+        if not task.done():
+            task.cancel()
+            # Let it unwind (its connection is closed), briefly.
+            while not task.done():
+                try:
+                    await asyncio.wait({task}, timeout=1.0)
+                    break
+                except asyncio.CancelledError:
+                    cancelled = True
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: asyncio would log it as never retrieved
+            return Unavailable(f"the run was not ended within {bound:g}s"), cancelled
+    if task.cancelled():
+        return Unavailable("ending the run was cancelled"), cancelled
+    error = task.exception()
+    if error is None:
+        return None, cancelled
+    if isinstance(error, Exception):
+        return error, cancelled
+    raise error  # KeyboardInterrupt, SystemExit: not ours to hold
 
 
 def _note(exc: BaseException, end_error: Exception, run_id: str) -> None:
-    # The body's exception is the one that propagates; the failed end is said.
-    log.error("ending run %s failed after the body raised: %s", run_id, end_error)
+    # The body's exception (or the cancellation) is the one that propagates; the
+    # failed end is said.
+    why = "the block was cancelled" if isinstance(exc, asyncio.CancelledError) else "the body raised"
+    log.error("ending run %s failed after %s: %s", run_id, why, end_error)
     if hasattr(exc, "add_note"):
         exc.add_note(f"tessera: ending run {run_id} failed too: {end_error}")
 
@@ -225,6 +297,8 @@ class Runtime(_RuntimeConfig):
         use_proxy: bool | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        # No clear key or environment in this frame's locals (tracebacks show them).
+        key, env = secret(key), env_lookup(env)
         self._configure(addr, key, issuer, ca_file, timeout, connect_timeout, retry, insecure_http, use_proxy, env)
         self._driver = SyncDriver(self._transport)
 
@@ -292,6 +366,7 @@ class AsyncRuntime(_RuntimeConfig):
         use_proxy: bool | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        key, env = secret(key), env_lookup(env)
         self._configure(addr, key, issuer, ca_file, timeout, connect_timeout, retry, insecure_http, use_proxy, env)
         self._driver = AsyncDriver(self._transport)
 
@@ -372,7 +447,9 @@ class _AsyncRunContext:
             await self._run.__aexit__(exc_type, exc, tb)
         finally:
             if self._own:
-                await self._runtime.aclose()
+                # Closed even when the block was cancelled.
+                with anyio.CancelScope(shield=True):
+                    await self._runtime.aclose()
 
 
 class _RunContext:

@@ -23,7 +23,7 @@ from ._config import (
 )
 from ._core import AsyncDriver, SyncDriver
 from ._ops import ToolOps, host_port
-from ._secret import REDACTED, Secret
+from ._secret import REDACTED, Secret, secret
 from .dpop import DPoPKey
 from .errors import ConfigError, Rejected
 from .models import (
@@ -70,7 +70,7 @@ class _ToolConfig:
         token = Secret(run_token) if isinstance(run_token, str) else run_token
         if token is None:
             token = run_token_from_env(e)
-        check_token_shape(token.reveal(), RUN_TOKEN_PREFIX, "run token")
+        check_token_shape(token, RUN_TOKEN_PREFIX, "run token")
         self._ops = ToolOps(self._transport.base, issuer, token, dpop, dpop_key)
         self._gateway = gateway or e.get("TESSERA_GATEWAY")
         self._insecure_http = self._transport.insecure_http
@@ -131,21 +131,49 @@ class _ToolConfig:
         return ctx
 
     def _proxy(self, gateway: str | None) -> httpx.Proxy:
-        return httpx.Proxy(
+        return _GatewayProxy(
             self._gateway_url(gateway),
-            headers={"Proxy-Authorization": f"Bearer {self._ops.token.reveal()}"},
+            headers={"Proxy-Authorization": "Bearer " + self._ops.token.reveal()},
         )
 
+    def _client_kwargs(self, kwargs: dict[str, Any]) -> None:
+        refused = sorted(set(kwargs) & _ROUTING_KWARGS)
+        if refused:
+            raise ConfigError(
+                f"http_client() does not take {', '.join(refused)}: every request of this client goes "
+                "through the egress gateway (its proxy is the gateway, and the environment's proxies "
+                "are ignored); make a plain httpx client for anything else"
+            )
+
     def __repr__(self) -> str:
+        # getattr: a constructor that failed leaves a half-built object in its frame,
+        # and a traceback (or a debugger) shows it.
+        transport = getattr(self, "_transport", None)
+        ops = getattr(self, "_ops", None)
         return (
-            f"{type(self).__name__}(address={self._transport.base!r}, dpop={self._ops.dpop}, "
-            f"run_token={REDACTED})"
+            f"{type(self).__name__}(address={getattr(transport, 'base', None)!r}, "
+            f"dpop={getattr(ops, 'dpop', None)}, run_token={REDACTED})"
         )
 
     __str__ = __repr__
 
     def __reduce__(self) -> Any:
         raise TypeError("a Tool holds a run token and is not pickled")
+
+
+# What would send a request of http_client() around the gateway, or ignore it.
+_ROUTING_KWARGS = frozenset({"proxy", "proxies", "mounts", "transport", "trust_env"})
+
+
+class _GatewayProxy(httpx.Proxy):
+    """The gateway as httpx's proxy, with the run token in ``Proxy-Authorization``.
+    httpx's ``Proxy.__repr__`` shows its headers; this one does not (httpx keeps it,
+    and frames that hold it show in tracebacks)."""
+
+    def __repr__(self) -> str:
+        return f"Proxy({str(self.url)!r}, headers={{'proxy-authorization': {REDACTED!r}}})"
+
+    __str__ = __repr__
 
 
 class Tool(_ToolConfig):
@@ -174,6 +202,8 @@ class Tool(_ToolConfig):
         gateway: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        # No clear token or environment in this frame's locals (tracebacks show them).
+        run_token, env = secret(run_token), env_lookup(env)
         self._configure(
             addr, run_token, dpop, dpop_key, issuer, ca_file, timeout, connect_timeout,
             retry, insecure_http, use_proxy, gateway, env,
@@ -303,10 +333,14 @@ class Tool(_ToolConfig):
     def http_client(self, gateway: str | None = None, **kwargs: Any) -> httpx.Client:
         """An ``httpx.Client`` whose every request goes through the egress gateway
         (``gateway`` or ``TESSERA_GATEWAY``, ``HOST:PORT`` on this machine) as this
-        run, trusting the run's CA for hosts with an injection rule."""
+        run, trusting the run's CA for hosts with an injection rule. ``kwargs`` go to
+        ``httpx.Client``, except ``proxy``, ``mounts``, ``transport`` and
+        ``trust_env`` (:class:`ConfigError`): they would route around the gateway."""
+        self._client_kwargs(kwargs)
         session = self._session_or_none()
         kwargs.setdefault("verify", self._gateway_ssl(session))
-        return httpx.Client(proxy=self._proxy(gateway), trust_env=False, **kwargs)
+        proxy = self._proxy(gateway)
+        return httpx.Client(proxy=proxy, trust_env=False, **kwargs)
 
     def requests_session(self, gateway: str | None = None) -> "requests.Session":
         """A ``requests.Session`` through the egress gateway (needs ``requests``)."""
@@ -336,6 +370,7 @@ class AsyncTool(_ToolConfig):
         gateway: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        run_token, env = secret(run_token), env_lookup(env)
         self._configure(
             addr, run_token, dpop, dpop_key, issuer, ca_file, timeout, connect_timeout,
             retry, insecure_http, use_proxy, gateway, env,
@@ -425,6 +460,7 @@ class AsyncTool(_ToolConfig):
 
     async def http_client(self, gateway: str | None = None, **kwargs: Any) -> httpx.AsyncClient:
         """An ``httpx.AsyncClient`` through the egress gateway (see :meth:`Tool.http_client`)."""
+        self._client_kwargs(kwargs)
         try:
             session: GatewaySession | None = await self.gateway_session()
         except Rejected as e:
@@ -432,7 +468,8 @@ class AsyncTool(_ToolConfig):
                 raise
             session = None
         kwargs.setdefault("verify", self._gateway_ssl(session))
-        return httpx.AsyncClient(proxy=self._proxy(gateway), trust_env=False, **kwargs)
+        proxy = self._proxy(gateway)
+        return httpx.AsyncClient(proxy=proxy, trust_env=False, **kwargs)
 
 
 def _pg_kwargs(creds: DatabaseCredentials, extra: Mapping[str, Any]) -> dict[str, Any]:
