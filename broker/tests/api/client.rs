@@ -345,7 +345,7 @@ async fn only_what_issued_nothing_is_retried() {
                 "tsr_run_{}",
                 "a".repeat(43)
             )))
-            .retry(patient.clone())
+            .retry(patient)
             .build()
             .unwrap();
         let err = c
