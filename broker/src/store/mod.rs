@@ -91,6 +91,11 @@ fn connect_spec(url: &StoreUrl) -> (String, Dialect, &'static [&'static str]) {
                 "PRAGMA synchronous = FULL",
                 "PRAGMA busy_timeout = 5000",
                 "PRAGMA foreign_keys = ON",
+                // Statement journals and temporary b-trees in memory, not in temp
+                // files: they only ever undo a statement inside its transaction, so
+                // durability (the WAL, `synchronous = FULL`) is untouched
+                // (docs/performance.md, issue 20).
+                "PRAGMA temp_store = MEMORY",
             ],
         ),
         StoreUrl::Postgres(u) => (
@@ -240,4 +245,38 @@ where
     T: sqlx::FromRow<'r, sqlx::any::AnyRow>,
 {
     T::from_row(row).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every SQLite connection the store opens is durable (WAL, `synchronous =
+    /// FULL`) and keeps its statement journals in memory.
+    #[tokio::test]
+    async fn sqlite_connections_are_durable_and_journal_in_memory() {
+        sqlx::any::install_default_drivers();
+        let dir = std::env::temp_dir().join(format!("tessera-pragma-{}", crate::ids::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (url, _, init) = connect_spec(&StoreUrl::Sqlite(dir.join("t.db")));
+        let mut conn = open_connection(&url, init).await.unwrap();
+        let int = |v: Option<i64>| v.unwrap_or(-1);
+        let synchronous: Option<i64> = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap();
+        let temp_store: Option<i64> = sqlx::query_scalar("PRAGMA temp_store")
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap();
+        let journal: Option<String> = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(int(synchronous), 2, "FULL");
+        assert_eq!(int(temp_store), 2, "MEMORY");
+        assert_eq!(journal.as_deref(), Some("wal"));
+        drop(conn);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
