@@ -44,18 +44,35 @@ pub async fn verify_capability(
 ) -> Result<CapabilityClaims, TokenError> {
     let now = app.clock.now();
     let aud = app.config.capability_audience();
-    let first = capability::verify(token, &app.keys.snapshot(), &app.config.issuer, &aud, now);
-    if first != Err(TokenError::Jwt(JwtError::UnknownKey)) {
-        return first;
+    verify_reloading(
+        app,
+        |keys| capability::verify(token, keys, &app.config.issuer, &aud, now),
+        |e| *e == TokenError::Jwt(JwtError::UnknownKey),
+    )
+    .await
+}
+
+/// Runs `verify` against the keys in memory and, when it fails for an unknown
+/// `kid`, once more after reloading them from the store — the one place a
+/// token's unknown key can cause a store read.
+pub(crate) async fn verify_reloading<T, E>(
+    app: &AppState,
+    verify: impl Fn(&crate::keys::KeySet) -> Result<T, E>,
+    unknown_key: impl Fn(&E) -> bool,
+) -> Result<T, E> {
+    let first = verify(&app.keys.snapshot());
+    match &first {
+        Err(e) if unknown_key(e) => {}
+        _ => return first,
     }
     // Unknown kids are cheap to send: reload at most once per interval, one at a time.
     if !app.keys.try_begin_reload(app.clock.now_ms()) {
         return first;
     }
-    match manage::load(&app.store, &app.kek, now).await {
+    match manage::load(&app.store, &app.kek, app.clock.now()).await {
         Ok(set) => {
             app.keys.replace(set);
-            capability::verify(token, &app.keys.snapshot(), &app.config.issuer, &aud, now)
+            verify(&app.keys.snapshot())
         }
         Err(e) => {
             tracing::warn!(error = %e, "could not reload signing keys");

@@ -225,31 +225,7 @@ pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// Whether the broker may send to `url`: `https://`, or `http://` only to a
-/// loopback address (`127.0.0.0/8`, `[::1]`, `localhost`), parsed as a URL —
-/// never a prefix match, which `http://127.0.0.1@elsewhere/` would pass — and
-/// without credentials in it for plain http, which would travel in clear.
-pub(crate) fn is_safe_destination(url: &str) -> bool {
-    if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return false;
-    }
-    let Ok(parsed) = reqwest::Url::parse(url) else {
-        return false;
-    };
-    match parsed.scheme() {
-        "https" => parsed.host().is_some(),
-        "http" => {
-            let host = parsed.host_str().unwrap_or_default();
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            let loopback = host.eq_ignore_ascii_case("localhost")
-                || host
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback());
-            loopback && parsed.username().is_empty() && parsed.password().is_none()
-        }
-        _ => false,
-    }
-}
+pub(crate) use crate::settings::is_safe_destination;
 
 impl Config {
     /// Loads `file` (if given; in `--dev` a missing file is fine) and applies

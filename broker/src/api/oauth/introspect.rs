@@ -16,7 +16,6 @@ use crate::backends::settings::BackendConfig;
 use crate::backends::token::ACCESS_TOKEN_TYP;
 use crate::capability::check_times_and_parties;
 use crate::keys::jwt::{self, JwtError};
-use crate::keys::manage;
 use crate::reauthorize;
 use crate::store::capabilities::{self, status};
 use axum::body::Bytes;
@@ -146,14 +145,7 @@ async fn answer(
     body: &[u8],
 ) -> Result<OAuthIntrospection, OAuthFailure> {
     let Some(issuer) = app.config.oauth.issuer.as_deref() else {
-        return Err(OAuthFailure {
-            status: StatusCode::NOT_FOUND,
-            ..OAuthFailure::new(
-                "invalid_request",
-                ErrorCode::NotFound,
-                "this broker has no [oauth] issuer",
-            )
-        });
+        return Err(OAuthFailure::not_configured());
     };
     let params = form(headers, body)?;
     let (client_id, secrets) = client_credentials(headers, &params)?;
@@ -248,17 +240,12 @@ async fn answer(
 /// Verifies the signature, reloading keys once if the `kid` is unknown here
 /// (another replica may have rotated).
 async fn verify(app: &AppState, token: &str, now: i64) -> Option<OAuthAccessTokenClaims> {
-    let first =
-        jwt::verify::<OAuthAccessTokenClaims>(token, ACCESS_TOKEN_TYP, &app.keys.snapshot(), now);
-    match first {
-        Ok((c, _)) => Some(c),
-        Err(JwtError::UnknownKey) if app.keys.try_begin_reload(app.clock.now_ms()) => {
-            let set = manage::load(&app.store, &app.kek, now).await.ok()?;
-            app.keys.replace(set);
-            jwt::verify(token, ACCESS_TOKEN_TYP, &app.keys.snapshot(), now)
-                .ok()
-                .map(|(c, _)| c)
-        }
-        Err(_) => None,
-    }
+    crate::api::exchange::verify_reloading(
+        app,
+        |keys| jwt::verify::<OAuthAccessTokenClaims>(token, ACCESS_TOKEN_TYP, keys, now),
+        |e| *e == JwtError::UnknownKey,
+    )
+    .await
+    .ok()
+    .map(|(c, _)| c)
 }

@@ -86,6 +86,18 @@ impl OAuthFailure {
         }
     }
 
+    /// 404: this broker has no `[oauth] issuer`, so no OAuth endpoint.
+    pub fn not_configured() -> Self {
+        OAuthFailure {
+            status: StatusCode::NOT_FOUND,
+            ..Self::new(
+                "invalid_request",
+                ErrorCode::NotFound,
+                "this broker has no [oauth] issuer",
+            )
+        }
+    }
+
     pub fn invalid_request(description: impl Into<String>) -> Self {
         Self::new("invalid_request", ErrorCode::InvalidRequest, description)
     }

@@ -71,14 +71,7 @@ async fn exchange(
     body: &[u8],
 ) -> Result<Response, OAuthFailure> {
     let Some(issuer) = app.config.oauth.issuer.clone() else {
-        return Err(OAuthFailure {
-            status: StatusCode::NOT_FOUND,
-            ..OAuthFailure::new(
-                "invalid_request",
-                ErrorCode::NotFound,
-                "this broker has no [oauth] issuer",
-            )
-        });
+        return Err(OAuthFailure::not_configured());
     };
     let params = form(headers, body)?;
     let get = |k: &str| params.get(k).map(String::as_str);

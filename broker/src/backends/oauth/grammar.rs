@@ -26,25 +26,11 @@ pub fn is_scope(s: &str) -> bool {
 /// An absolute `https://` URL (or `http://` to loopback), without
 /// credentials, query or fragment, at most 256 bytes, of visible ASCII.
 pub fn is_resource_url(s: &str) -> bool {
-    if s.len() > 256 || !s.bytes().all(|c| c.is_ascii_graphic()) || s.contains(['?', '#']) {
-        return false;
-    }
-    let Ok(u) = reqwest::Url::parse(s) else {
-        return false;
-    };
-    let host = u.host_str().unwrap_or_default();
-    let loopback = host.eq_ignore_ascii_case("localhost")
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    let scheme_ok = match u.scheme() {
-        "https" => !host.is_empty(),
-        "http" => loopback,
-        _ => false,
-    };
-    scheme_ok && u.username().is_empty() && u.password().is_none()
+    s.len() <= 256
+        && s.bytes().all(|c| c.is_ascii_graphic())
+        && !s.contains(['?', '#'])
+        && crate::settings::is_safe_destination(s)
+        && reqwest::Url::parse(s).is_ok_and(|u| u.username().is_empty() && u.password().is_none())
 }
 
 /// The path must be the backend's resource URL; the action one of its scopes.
