@@ -17,6 +17,7 @@
 use crate::app::App;
 use crate::clock::rfc3339_ms;
 use crate::keys::{jwt, KeySet};
+use crate::store::query::stmt;
 use crate::store::writer::{BoxFuture, WriteCtx, WriteOp};
 use crate::store::{col, StoreError};
 use secrecy::ExposeSecret;
@@ -69,13 +70,13 @@ impl WriteOp for InsertCheckpoint {
                 "INSERT INTO audit_checkpoints (seq, hash, at_ms, jws, created_at) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (seq) DO NOTHING",
             );
-            let n = sqlx::query(&q)
+            let n = stmt(&q)
                 .bind(self.claims.seq)
                 .bind(&self.claims.hash)
                 .bind(self.claims.at_ms)
                 .bind(&self.jws)
                 .bind(self.claims.iat)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?
                 .rows_affected();
             Ok(n == 1)
@@ -105,7 +106,7 @@ impl WriteOp for WitnessOutcome {
                      witness_attempts = witness_attempts + 1 WHERE seq = $2",
                 ),
             };
-            let query = sqlx::query(&q)
+            let query = stmt(&q)
                 .bind(if self.error.is_none() {
                     now
                 } else {
@@ -116,7 +117,7 @@ impl WriteOp for WitnessOutcome {
                 Some(e) => query.bind(e),
                 None => query,
             };
-            query.execute(&mut *ctx.conn).await?;
+            query.execute(&mut ctx.conn).await?;
             Ok(())
         })
     }

@@ -10,6 +10,7 @@
 //! chain at that row.
 
 use crate::keys::Kek;
+use crate::store::query::stmt;
 use crate::store::writer::{BoxFuture, WriteCtx, WriteOp};
 use crate::store::{col, Store, StoreError};
 use ring::hmac;
@@ -127,12 +128,12 @@ impl WriteOp for CreateAuditKey {
                 "INSERT INTO audit_keys (id, sealed, created_at, unkeyed_until_seq) \
                  SELECT $1, $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM audit_keys)",
             );
-            let n = sqlx::query(&q)
+            let n = stmt(&q)
                 .bind(&self.id)
                 .bind(&self.sealed)
                 .bind(self.created_at)
                 .bind(self.unkeyed_until_seq)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?
                 .rows_affected();
             Ok(n == 1)

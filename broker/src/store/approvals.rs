@@ -13,11 +13,11 @@
 //! - redeeming (in the issuance batch, [`redeem`]) sets `capability_id` once,
 //!   for an approved, unexpired approval of the same run.
 
+use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
 use crate::policy::approval_gate::{self, ApproverRule};
-use sqlx::Row;
 use std::sync::Arc;
 use tessera_client::types::ApprovalStatus;
 
@@ -78,7 +78,7 @@ macro_rules! view_columns {
     };
 }
 
-fn record_from(row: &sqlx::any::AnyRow) -> Result<ApprovalRecord, StoreError> {
+fn record_from(row: &impl super::query::Columns) -> Result<ApprovalRecord, StoreError> {
     let status: String = col(row, "status")?;
     Ok(ApprovalRecord {
         id: col(row, "id")?,
@@ -142,9 +142,9 @@ impl WriteOp for RequestApproval {
             let now = ctx.now();
             let r = &self.record;
             let q = ctx.sql("SELECT ended_at, expires_at FROM runs WHERE id = $1");
-            let run = sqlx::query(&q)
+            let run = stmt(&q)
                 .bind(&r.run_id)
-                .fetch_optional(&mut *ctx.conn)
+                .fetch_optional(&mut ctx.conn)
                 .await?;
             let active = match &run {
                 Some(row) => {
@@ -166,10 +166,10 @@ impl WriteOp for RequestApproval {
                 " FROM approvals a WHERE a.run_id = $1 AND a.expires_at > $2 \
                  AND (a.status = 'pending' OR (a.status = 'approved' AND a.capability_id IS NULL))"
             ));
-            let open = sqlx::query(&q)
+            let open = stmt(&q)
                 .bind(&r.run_id)
                 .bind(now)
-                .fetch_all(&mut *ctx.conn)
+                .fetch_all(&mut ctx.conn)
                 .await?;
             for row in &open {
                 let existing = record_from(row).map_err(|e| sqlx::Error::Decode(e.into()))?;
@@ -189,12 +189,12 @@ impl WriteOp for RequestApproval {
                 " FROM approvals a WHERE a.run_id = $1 AND a.action = $2 AND a.resource = $3 \
                  AND a.args_hash = $4 AND a.status = 'denied' LIMIT 1"
             ));
-            let denied = sqlx::query(&q)
+            let denied = stmt(&q)
                 .bind(&r.run_id)
                 .bind(&r.action)
                 .bind(&r.resource)
                 .bind(&r.args_hash)
-                .fetch_optional(&mut *ctx.conn)
+                .fetch_optional(&mut ctx.conn)
                 .await?;
             if let Some(row) = denied {
                 let record = record_from(&row).map_err(|e| sqlx::Error::Decode(e.into()))?;
@@ -208,7 +208,7 @@ impl WriteOp for RequestApproval {
                  approvers, status, created_at, expires_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10)",
             );
-            sqlx::query(&q)
+            stmt(&q)
                 .bind(&r.id)
                 .bind(&r.run_id)
                 .bind(&r.action)
@@ -219,7 +219,7 @@ impl WriteOp for RequestApproval {
                 .bind(&r.approvers)
                 .bind(r.created_at)
                 .bind(r.expires_at)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?;
             ctx.audit(&self.audit).await?;
             if let Some(body) = &self.notify {
@@ -293,9 +293,9 @@ impl WriteOp for Decide {
                 ", r.ended_at AS run_ended_at, r.expires_at AS run_expires_at \
                  FROM approvals a JOIN runs r ON r.id = a.run_id WHERE a.id = $1"
             ));
-            let Some(row) = sqlx::query(&q)
+            let Some(row) = stmt(&q)
                 .bind(&self.id)
-                .fetch_optional(&mut *ctx.conn)
+                .fetch_optional(&mut ctx.conn)
                 .await?
             else {
                 return Ok(Decided::Unknown);
@@ -322,7 +322,7 @@ impl WriteOp for Decide {
                  comment, decided_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                  ON CONFLICT (approval_id, voter) DO NOTHING",
             );
-            let inserted = sqlx::query(&q)
+            let inserted = stmt(&q)
                 .bind(&self.id)
                 .bind(self.voter.key())
                 .bind(&approver)
@@ -330,7 +330,7 @@ impl WriteOp for Decide {
                 .bind(if self.approve { "approve" } else { "deny" })
                 .bind(&self.comment)
                 .bind(now)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?
                 .rows_affected();
             if inserted == 0 {
@@ -356,11 +356,11 @@ impl WriteOp for Decide {
                 let q = ctx.sql(
                     "UPDATE approvals SET status = $1, decided_at = $2 WHERE id = $3 AND status = 'pending'",
                 );
-                sqlx::query(&q)
+                stmt(&q)
                     .bind(status.as_str())
                     .bind(now)
                     .bind(&self.id)
-                    .execute(&mut *ctx.conn)
+                    .execute(&mut ctx.conn)
                     .await?;
                 ev.event = match status {
                     ApprovalStatus::Approved => events::APPROVAL_APPROVED,
@@ -394,9 +394,9 @@ pub(crate) async fn approving_users(
         "SELECT d.user_name FROM approval_decisions d JOIN approvers k ON k.name = d.approver \
          WHERE d.approval_id = $1 AND d.decision = 'approve' AND k.revoked_at IS NULL",
     );
-    sqlx::query(&q)
+    stmt(&q)
         .bind(approval_id)
-        .fetch_all(&mut *ctx.conn)
+        .fetch_all(&mut ctx.conn)
         .await?
         .iter()
         .map(|r| r.try_get("user_name"))
@@ -417,10 +417,10 @@ pub(crate) async fn recount_without(
          WHERE d.approver = $1 AND d.decision = 'approve' AND a.status = 'approved' \
          AND a.capability_id IS NULL AND a.expires_at > $2",
     );
-    let rows = sqlx::query(&q)
+    let rows = stmt(&q)
         .bind(name)
         .bind(now)
-        .fetch_all(&mut *ctx.conn)
+        .fetch_all(&mut ctx.conn)
         .await?;
     let mut reopened = Vec::new();
     for row in &rows {
@@ -434,7 +434,7 @@ pub(crate) async fn recount_without(
                 "UPDATE approvals SET status = 'pending', decided_at = NULL \
                  WHERE id = $1 AND status = 'approved' AND capability_id IS NULL",
             );
-            sqlx::query(&q).bind(&id).execute(&mut *ctx.conn).await?;
+            stmt(&q).bind(&id).execute(&mut ctx.conn).await?;
             reopened.push(id);
         }
     }
@@ -476,10 +476,10 @@ impl WriteOp for ExpireApprovals {
                  AND (a.status = 'pending' OR (a.status = 'approved' AND a.capability_id IS NULL)) \
                  ORDER BY a.expires_at LIMIT $2",
             );
-            let rows = sqlx::query(&q)
+            let rows = stmt(&q)
                 .bind(now)
                 .bind(self.limit)
-                .fetch_all(&mut *ctx.conn)
+                .fetch_all(&mut ctx.conn)
                 .await?;
             let update = ctx.sql(
                 "UPDATE approvals SET status = 'expired', decided_at = COALESCE(decided_at, $1) \
@@ -487,10 +487,10 @@ impl WriteOp for ExpireApprovals {
             );
             for row in &rows {
                 let id: String = row.try_get("id")?;
-                sqlx::query(&update)
+                stmt(&update)
                     .bind(now)
                     .bind(&id)
-                    .execute(&mut *ctx.conn)
+                    .execute(&mut ctx.conn)
                     .await?;
                 let was: String = row.try_get("status")?;
                 let mut ev = AuditEvent::new(events::APPROVAL_EXPIRED, "broker", "deny");
@@ -519,10 +519,10 @@ pub(crate) async fn cancel_for_run(
         "UPDATE approvals SET status = 'cancelled', decided_at = $1 WHERE run_id = $2 \
          AND (status = 'pending' OR (status = 'approved' AND capability_id IS NULL))",
     );
-    Ok(sqlx::query(&q)
+    Ok(stmt(&q)
         .bind(now)
         .bind(run_id)
-        .execute(&mut *ctx.conn)
+        .execute(&mut ctx.conn)
         .await?
         .rows_affected())
 }
@@ -540,12 +540,12 @@ pub(crate) async fn redeem(
         "UPDATE approvals SET capability_id = $1 WHERE id = $2 AND run_id = $3 \
          AND status = 'approved' AND capability_id IS NULL AND expires_at > $4",
     );
-    Ok(sqlx::query(&q)
+    Ok(stmt(&q)
         .bind(capability_id)
         .bind(id)
         .bind(run_id)
         .bind(now)
-        .execute(&mut *ctx.conn)
+        .execute(&mut ctx.conn)
         .await?
         .rows_affected()
         == 1)

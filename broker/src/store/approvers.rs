@@ -5,6 +5,7 @@
 //! Seam: an approver is a (name, user) pair however it authenticated; an OIDC
 //! sign-in would resolve to the same pair without a key row.
 
+use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{decode, Store, StoreError};
 use crate::audit::AuditEvent;
@@ -35,13 +36,13 @@ impl WriteOp for CreateApprover {
                 "INSERT INTO approvers (id, name, user_name, key_hash, created_at) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING",
             );
-            let inserted = sqlx::query(&q)
+            let inserted = stmt(&q)
                 .bind(&r.id)
                 .bind(&r.name)
                 .bind(&r.user_name)
                 .bind(&self.key_hash)
                 .bind(r.created_at)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?
                 .rows_affected();
             if inserted == 1 {
@@ -70,23 +71,23 @@ impl WriteOp for RevokeApprover {
     ) -> BoxFuture<'a, Result<Option<bool>, sqlx::Error>> {
         Box::pin(async move {
             let q = ctx.sql("SELECT name, revoked_at FROM approvers WHERE id = $1");
-            let Some(row) = sqlx::query(&q)
+            let Some(row) = stmt(&q)
                 .bind(&self.id)
-                .fetch_optional(&mut *ctx.conn)
+                .fetch_optional(&mut ctx.conn)
                 .await?
             else {
                 return Ok(None);
             };
-            let revoked_at: Option<i64> = sqlx::Row::try_get(&row, "revoked_at")?;
+            let revoked_at: Option<i64> = row.try_get("revoked_at")?;
             if revoked_at.is_some() {
                 return Ok(Some(false));
             }
-            let name: String = sqlx::Row::try_get(&row, "name")?;
+            let name: String = row.try_get("name")?;
             let q = ctx.sql("UPDATE approvers SET revoked_at = $1 WHERE id = $2");
-            sqlx::query(&q)
+            stmt(&q)
                 .bind(ctx.now())
                 .bind(&self.id)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?;
             let reopened = super::approvals::recount_without(ctx, &name, &*self.groups_of).await?;
             let mut ev = self.audit.clone();

@@ -13,11 +13,11 @@
 //! repeated between pages. Every filter is a bound parameter; nothing from a
 //! request reaches the SQL text.
 
+use super::query::{stmt, Conn};
 use super::sql::{values_placeholders, ROWS_PER_INSERT};
 use super::{decode, placeholder, sql_for, Dialect, Store, StoreError};
 use crate::audit::AuditEvent;
 use serde::Serialize;
-use sqlx::AnyConnection;
 
 /// The columns of an audit row (a macro, so static queries stay `&'static str`).
 macro_rules! audit_columns {
@@ -77,7 +77,7 @@ pub(crate) struct ChainedRow {
 /// Writes a batch's chained rows, all at `at_ms` and linked with `key_id`,
 /// with multi-row INSERTs.
 pub(crate) async fn insert(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     dialect: Dialect,
     at_ms: i64,
     key_id: Option<&str>,
@@ -88,7 +88,7 @@ pub(crate) async fn insert(
             "INSERT INTO audit ({COLUMNS}) VALUES {}",
             values_placeholders(dialect, chunk.len(), COLUMN_COUNT)
         );
-        let mut query = sqlx::query(&q);
+        let mut query = stmt(&q);
         for r in chunk {
             let e = &r.event;
             // In the order of COLUMNS.
@@ -111,7 +111,7 @@ pub(crate) async fn insert(
                 .bind(&r.hash)
                 .bind(key_id);
         }
-        query.execute(&mut *conn).await?;
+        query.execute(conn).await?;
     }
     Ok(())
 }
@@ -135,20 +135,21 @@ pub async fn head(store: &Store) -> Result<Head, StoreError> {
 /// The head, read in the writer's open transaction and locked to it: on
 /// PostgreSQL with `FOR UPDATE`, which serialises the batches of all replicas;
 /// on SQLite the transaction's `BEGIN IMMEDIATE` already holds the only write lock.
-pub(crate) async fn lock_head(
-    conn: &mut AnyConnection,
-    dialect: Dialect,
-) -> Result<Head, sqlx::Error> {
+pub(crate) async fn lock_head(conn: &mut Conn<'_>, dialect: Dialect) -> Result<Head, sqlx::Error> {
     let q = match dialect {
         Dialect::Sqlite => "SELECT seq, hash FROM audit_head WHERE id = 1",
         Dialect::Postgres => "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE",
     };
-    sqlx::query_as(q).fetch_one(&mut *conn).await
+    let row = stmt(q).fetch_one(conn).await?;
+    Ok(Head {
+        seq: row.try_get("seq")?,
+        hash: row.try_get("hash")?,
+    })
 }
 
 /// Moves the head to the last row written in this transaction.
 pub(crate) async fn set_head(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     dialect: Dialect,
     head: &Head,
 ) -> Result<(), sqlx::Error> {
@@ -156,10 +157,10 @@ pub(crate) async fn set_head(
         dialect,
         "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1",
     );
-    sqlx::query(&q)
+    stmt(&q)
         .bind(head.seq)
         .bind(&head.hash)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
     Ok(())
 }

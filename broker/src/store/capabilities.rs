@@ -10,13 +10,13 @@
 //! - rate limits are GCRA buckets read and written inside the writer's
 //!   transaction (batches are serialised, across replicas too).
 
+use super::query::stmt;
 use super::rate;
 use super::runs::{run_columns, RunRecord, RunState};
 use super::sql::ROWS_PER_INSERT;
 use super::writer::{BatchedOp, BoxFuture, WriteCtx, WriteOp, Writer};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
-use sqlx::Row;
 use std::collections::{BTreeSet, HashMap};
 
 #[derive(Debug, Clone)]
@@ -112,7 +112,7 @@ async fn select_in(
     ctx: &mut WriteCtx<'_>,
     select_where: &str,
     keys: BTreeSet<&str>,
-) -> Result<Vec<sqlx::any::AnyRow>, sqlx::Error> {
+) -> Result<Vec<super::query::Row>, sqlx::Error> {
     let keys: Vec<&str> = keys.into_iter().collect();
     let mut rows = Vec::new();
     for chunk in keys.chunks(ROWS_PER_INSERT) {
@@ -120,11 +120,11 @@ async fn select_in(
             "{select_where} IN ({})",
             super::sql::in_list(ctx.dialect, chunk.len())
         );
-        let mut query = sqlx::query(&q);
+        let mut query = stmt(&q);
         for key in chunk {
             query = query.bind(*key);
         }
-        rows.extend(query.fetch_all(&mut *ctx.conn).await?);
+        rows.extend(query.fetch_all(&mut ctx.conn).await?);
     }
     Ok(rows)
 }
@@ -259,7 +259,7 @@ async fn apply_issuances(
              args_hash, approval_id) VALUES {}",
             super::sql::values_placeholders(ctx.dialect, chunk.len(), 17)
         );
-        let mut query = sqlx::query(&q);
+        let mut query = stmt(&q);
         for r in chunk.iter().filter_map(|&i| ops[i].record.as_ref()) {
             query = query
                 .bind(&r.id)
@@ -280,7 +280,7 @@ async fn apply_issuances(
                 .bind(&r.args_hash)
                 .bind(r.approval.as_ref().map(|(id, _)| id.clone()));
         }
-        query.execute(&mut *ctx.conn).await?;
+        query.execute(&mut ctx.conn).await?;
     }
     supersede(ctx, ops, &issued).await?;
     let dirty: Vec<String> = dirty.into_iter().collect();
@@ -290,11 +290,11 @@ async fn apply_issuances(
              ON CONFLICT (bucket) DO UPDATE SET tat_us = excluded.tat_us",
             super::sql::values_placeholders(ctx.dialect, chunk.len(), 2)
         );
-        let mut query = sqlx::query(&q);
+        let mut query = stmt(&q);
         for b in chunk {
             query = query.bind(b).bind(tats.get(b).copied().unwrap_or(now_us));
         }
-        query.execute(&mut *ctx.conn).await?;
+        query.execute(&mut ctx.conn).await?;
     }
     Ok(outcomes)
 }
@@ -365,10 +365,10 @@ impl WriteOp for ConsumeUse {
                 "SELECT c.expires_at, c.revoked_at, c.lapses_at, r.ended_at, r.expires_at AS run_expires_at \
                  FROM capabilities c JOIN runs r ON r.id = c.run_id WHERE c.id = $1 AND c.run_id = $2",
             );
-            let row = sqlx::query(&q)
+            let row = stmt(&q)
                 .bind(&l.capability_id)
                 .bind(&l.run_id)
-                .fetch_optional(&mut *ctx.conn)
+                .fetch_optional(&mut ctx.conn)
                 .await?;
             let refused = match row {
                 None => Some(ConsumeOutcome::Unknown),
@@ -400,9 +400,9 @@ impl WriteOp for ConsumeUse {
                         "UPDATE capabilities SET uses_left = uses_left - 1 \
                          WHERE id = $1 AND uses_left > 0 AND revoked_at IS NULL RETURNING uses_left",
                     );
-                    let left = sqlx::query(&q)
+                    let left = stmt(&q)
                         .bind(&l.capability_id)
-                        .fetch_optional(&mut *ctx.conn)
+                        .fetch_optional(&mut ctx.conn)
                         .await?;
                     match left {
                         None => ConsumeOutcome::Exhausted,
@@ -412,7 +412,7 @@ impl WriteOp for ConsumeUse {
                                 "INSERT INTO leases (id, capability_id, run_id, backend, kind, created_at, expires_at, downstream_ref) \
                                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                             );
-                            sqlx::query(&q)
+                            stmt(&q)
                                 .bind(&l.id)
                                 .bind(&l.capability_id)
                                 .bind(&l.run_id)
@@ -421,7 +421,7 @@ impl WriteOp for ConsumeUse {
                                 .bind(now)
                                 .bind(l.expires_at)
                                 .bind(&l.downstream_ref)
-                                .execute(&mut *ctx.conn)
+                                .execute(&mut ctx.conn)
                                 .await?;
                             ConsumeOutcome::Consumed {
                                 uses_left: u32::try_from(left).unwrap_or(0),
@@ -470,9 +470,9 @@ impl WriteOp for RevokeCapability {
     ) -> BoxFuture<'a, Result<Option<bool>, sqlx::Error>> {
         Box::pin(async move {
             let q = ctx.sql("SELECT run_id, revoked_at FROM capabilities WHERE id = $1");
-            let row = sqlx::query(&q)
+            let row = stmt(&q)
                 .bind(&self.capability_id)
-                .fetch_optional(&mut *ctx.conn)
+                .fetch_optional(&mut ctx.conn)
                 .await?;
             let visible = match &row {
                 None => None,
@@ -480,7 +480,7 @@ impl WriteOp for RevokeCapability {
                     let run_id: String = row.try_get("run_id")?;
                     match &self.by {
                         Revoker::Run(own) if *own != run_id => None,
-                        _ => Some((run_id, row.try_get::<Option<i64>, _>("revoked_at")?)),
+                        _ => Some((run_id, row.try_get::<Option<i64>>("revoked_at")?)),
                     }
                 }
             };
@@ -537,11 +537,11 @@ async fn supersede(
         "SELECT id FROM capabilities WHERE run_id = $1 AND slot = $2 AND id <> $3 AND revoked_at IS NULL",
     );
     for ((run_id, slot), (winner, issued_ev)) in last {
-        let rows = sqlx::query(&q)
+        let rows = stmt(&q)
             .bind(run_id)
             .bind(slot)
             .bind(winner)
-            .fetch_all(&mut *ctx.conn)
+            .fetch_all(&mut ctx.conn)
             .await?;
         for row in rows {
             let id: String = row.try_get("id")?;
@@ -570,11 +570,11 @@ pub(crate) async fn revoke_one(
     let q = ctx.sql(
         "UPDATE capabilities SET revoked_at = $1, revoke_reason = $2 WHERE id = $3 AND revoked_at IS NULL",
     );
-    sqlx::query(&q)
+    stmt(&q)
         .bind(now)
         .bind(reason)
         .bind(capability_id)
-        .execute(&mut *ctx.conn)
+        .execute(&mut ctx.conn)
         .await?;
     super::revocations::enqueue(
         ctx,
@@ -584,10 +584,10 @@ pub(crate) async fn revoke_one(
     .await?;
     let q = ctx
         .sql("UPDATE leases SET revoked_at = $1 WHERE capability_id = $2 AND revoked_at IS NULL");
-    sqlx::query(&q)
+    stmt(&q)
         .bind(now)
         .bind(capability_id)
-        .execute(&mut *ctx.conn)
+        .execute(&mut ctx.conn)
         .await?;
     Ok(())
 }
@@ -641,10 +641,10 @@ impl WriteOp for FailLease {
             super::revocations::rearm(ctx, &self.lease_id).await?;
             let q =
                 ctx.sql("UPDATE leases SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL");
-            sqlx::query(&q)
+            stmt(&q)
                 .bind(ctx.now())
                 .bind(&self.lease_id)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?;
             ctx.audit(&self.audit).await
         })

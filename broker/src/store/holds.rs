@@ -12,9 +12,9 @@
 //! capability whose hold has not yet lapsed, so a holder that was silent too
 //! long learns it lost what it held instead of reviving it.
 
+use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use crate::audit::{events, AuditEvent};
-use sqlx::Row;
 
 /// When a hold of `hold_secs` taken at `now` (whole seconds, rounded down)
 /// lapses: one second later than the sum, so a hold is never shorter than asked.
@@ -45,13 +45,13 @@ impl WriteOp for RenewHolds {
             );
             let mut renewed = Vec::with_capacity(self.ids.len());
             for id in &self.ids {
-                let row = sqlx::query(&q)
+                let row = stmt(&q)
                     .bind(now)
                     .bind(id)
                     .bind(&self.run_id)
                     .bind(now)
                     .bind(now)
-                    .fetch_optional(&mut *ctx.conn)
+                    .fetch_optional(&mut ctx.conn)
                     .await?;
                 if let Some(row) = row {
                     renewed.push((id.clone(), row.try_get("lapses_at")?));
@@ -79,10 +79,10 @@ impl WriteOp for LapseHolds {
                  WHERE c.lapses_at IS NOT NULL AND c.revoked_at IS NULL AND c.lapses_at <= $1 \
                  ORDER BY c.lapses_at LIMIT $2",
             );
-            let rows = sqlx::query(&q)
+            let rows = stmt(&q)
                 .bind(now)
                 .bind(self.limit)
-                .fetch_all(&mut *ctx.conn)
+                .fetch_all(&mut ctx.conn)
                 .await?;
             for row in &rows {
                 let id: String = row.try_get("id")?;

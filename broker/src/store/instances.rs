@@ -3,6 +3,7 @@
 //! Every write goes through the writer like all others; the heartbeat renews
 //! the instance row and the lease of every claim it holds in one statement each.
 
+use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, decode, Store, StoreError};
 use crate::instance::{Instance, CLAIM_LEASE_SECS};
@@ -30,13 +31,13 @@ impl WriteOp for RegisterInstance {
                 "INSERT INTO broker_instances (id, machine, pid, pid_start, started_at, heartbeat_at) \
                  VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO UPDATE SET heartbeat_at = $5, stopped_at = NULL",
             );
-            sqlx::query(&q)
+            stmt(&q)
                 .bind(&self.0.id)
                 .bind(&self.0.machine)
                 .bind(self.0.pid)
                 .bind(&self.0.pid_start)
                 .bind(now)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?;
             Ok(())
         })
@@ -59,10 +60,10 @@ impl WriteOp for Heartbeat {
             let q = ctx.sql(
                 "UPDATE broker_instances SET heartbeat_at = $1, stopped_at = NULL WHERE id = $2",
             );
-            sqlx::query(&q)
+            stmt(&q)
                 .bind(now)
                 .bind(&self.instance_id)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?;
             // Only claims still in force are renewed; the retry time moves
             // with the claim, so a broker that knows only next_attempt_at
@@ -71,11 +72,11 @@ impl WriteOp for Heartbeat {
                 "UPDATE revocations SET claim_until = $1, next_attempt_at = $1 \
                  WHERE claimed_by = $2 AND done_at IS NULL AND claim_until > $3",
             );
-            sqlx::query(&q)
+            stmt(&q)
                 .bind(now + CLAIM_LEASE_SECS)
                 .bind(&self.instance_id)
                 .bind(now)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?;
             Ok(())
         })
@@ -101,10 +102,11 @@ impl WriteOp for ReleaseClaims {
             for (id, seen) in &self.instances {
                 if let Some(seen) = seen {
                     let q = ctx.sql("SELECT heartbeat_at FROM broker_instances WHERE id = $1");
-                    let now_beat: Option<i64> = sqlx::query_scalar(&q)
-                        .bind(id)
-                        .fetch_optional(&mut *ctx.conn)
-                        .await?;
+                    let now_beat: Option<i64> =
+                        match stmt(&q).bind(id).fetch_optional(&mut ctx.conn).await? {
+                            Some(row) => row.try_get("heartbeat_at")?,
+                            None => None,
+                        };
                     if now_beat.is_some_and(|b| b > *seen) {
                         continue;
                     }
@@ -113,10 +115,10 @@ impl WriteOp for ReleaseClaims {
                     "UPDATE revocations SET claimed_by = NULL, claim_until = NULL, next_attempt_at = $1 \
                      WHERE claimed_by = $2 AND done_at IS NULL",
                 );
-                released += sqlx::query(&q)
+                released += stmt(&q)
                     .bind(now)
                     .bind(id)
-                    .execute(&mut *ctx.conn)
+                    .execute(&mut ctx.conn)
                     .await?
                     .rows_affected();
                 let q = if self.stop {
@@ -126,11 +128,7 @@ impl WriteOp for ReleaseClaims {
                     // removes it; the claims were what mattered.
                     ctx.sql("UPDATE broker_instances SET stopped_at = COALESCE(stopped_at, $1) WHERE id = $2")
                 };
-                sqlx::query(&q)
-                    .bind(now)
-                    .bind(id)
-                    .execute(&mut *ctx.conn)
-                    .await?;
+                stmt(&q).bind(now).bind(id).execute(&mut ctx.conn).await?;
             }
             Ok(released)
         })

@@ -4,6 +4,7 @@
 //! the moment the last token it could have signed expires) and inserts the new
 //! one, in one transaction, so replicas reading the table agree on the active key.
 
+use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{decode, Store, StoreError};
 use crate::audit::AuditEvent;
@@ -42,29 +43,29 @@ impl WriteOp for InsertKey {
         Box::pin(async move {
             let mut retired = Vec::new();
             if let Some(until) = self.retire_until {
-                let rows = sqlx::query("SELECT kid FROM signing_keys WHERE retired_at IS NULL")
-                    .fetch_all(&mut *ctx.conn)
+                let rows = stmt("SELECT kid FROM signing_keys WHERE retired_at IS NULL")
+                    .fetch_all(&mut ctx.conn)
                     .await?;
                 for r in rows {
-                    retired.push(sqlx::Row::try_get::<String, _>(&r, "kid")?);
+                    retired.push(r.try_get::<String>("kid")?);
                 }
                 let q = ctx.sql("UPDATE signing_keys SET retired_at = $1, publish_until = $2 WHERE retired_at IS NULL");
-                sqlx::query(&q)
+                stmt(&q)
                     .bind(ctx.now())
                     .bind(until)
-                    .execute(&mut *ctx.conn)
+                    .execute(&mut ctx.conn)
                     .await?;
             }
             let r = &self.row;
             let q = ctx.sql(
                 "INSERT INTO signing_keys (kid, public_key, sealed_private_key, created_at) VALUES ($1, $2, $3, $4)",
             );
-            sqlx::query(&q)
+            stmt(&q)
                 .bind(&r.kid)
                 .bind(&r.public_key)
                 .bind(&r.sealed_private_key)
                 .bind(r.created_at)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?;
             let mut ev = self.audit.clone();
             ev.detail = Some(format!("kid={} retired={}", r.kid, retired.join(",")));

@@ -16,6 +16,7 @@ pub mod capabilities;
 pub mod holds;
 pub mod instances;
 pub mod keys;
+pub mod query;
 pub mod rate;
 pub mod revocations;
 pub mod runs;
@@ -121,15 +122,31 @@ async fn open_connection(
     Ok(conn)
 }
 
+/// The writer's own connection to a SQLite file: native (rusqlite), with the
+/// same pragmas as every pooled connection and a statement cache large enough
+/// for every statement the writer runs.
+fn open_native(
+    path: &std::path::Path,
+    init: &'static [&'static str],
+) -> Result<writer::Connection, StoreError> {
+    let unavailable = |e: sqlx::Error| StoreError::Unavailable(e.to_string());
+    let conn = rusqlite::Connection::open(path).map_err(|e| unavailable(query::native(e)))?;
+    conn.set_prepared_statement_cache_capacity(query::NATIVE_STATEMENT_CACHE);
+    for stmt in init {
+        query::native_exec(&conn, stmt).map_err(unavailable)?;
+    }
+    Ok(writer::Connection::Native(conn))
+}
+
 impl Store {
     /// Connects, applies migrations and starts the writer.
     pub async fn open(
-        url: &StoreUrl,
+        store_url: &StoreUrl,
         max_connections: u32,
         clock: Clock,
     ) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
-        let (url, dialect, init) = connect_spec(url);
+        let (url, dialect, init) = connect_spec(store_url);
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(3))
@@ -151,15 +168,25 @@ impl Store {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
-        let writer_url = url.clone();
-        let writer = writer::Writer::start(
-            dialect,
-            clock.clone(),
-            Box::new(move || {
-                let u = writer_url.clone();
-                Box::pin(async move { open_connection(&u, init).await })
-            }),
-        );
+        let connect: writer::Connector = match store_url {
+            StoreUrl::Sqlite(path) => {
+                let path = path.clone();
+                Box::new(move || {
+                    let opened = open_native(&path, init);
+                    Box::pin(async move { opened })
+                })
+            }
+            StoreUrl::Postgres(_) => {
+                let writer_url = url.clone();
+                Box::new(move || {
+                    let u = writer_url.clone();
+                    Box::pin(async move {
+                        Ok(writer::Connection::Sqlx(open_connection(&u, init).await?))
+                    })
+                })
+            }
+        };
+        let writer = writer::Writer::start(dialect, clock.clone(), connect);
         Ok(Store {
             pool,
             dialect,
@@ -229,12 +256,11 @@ impl Store {
 }
 
 /// Reads a column that the schema guarantees, mapping a mismatch to `Corrupt`.
-pub(crate) fn col<'r, T>(row: &'r sqlx::any::AnyRow, name: &str) -> Result<T, StoreError>
-where
-    T: sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
-{
-    use sqlx::Row;
-    row.try_get(name)
+pub(crate) fn col<T: query::Column>(
+    row: &impl query::Columns,
+    name: &str,
+) -> Result<T, StoreError> {
+    row.column(name)
         .map_err(|e| StoreError::Corrupt(format!("column {name}: {e}")))
 }
 
@@ -251,8 +277,9 @@ where
 mod tests {
     use super::*;
 
-    /// Every SQLite connection the store opens is durable (WAL, `synchronous =
-    /// FULL`) and keeps its statement journals in memory.
+    /// Every SQLite connection the store opens, pooled or the writer's native
+    /// one, is durable (WAL, `synchronous = FULL`), enforces foreign keys and
+    /// keeps its statement journals in memory.
     #[tokio::test]
     async fn sqlite_connections_are_durable_and_journal_in_memory() {
         sqlx::any::install_default_drivers();
@@ -277,6 +304,29 @@ mod tests {
         assert_eq!(int(temp_store), 2, "MEMORY");
         assert_eq!(journal.as_deref(), Some("wal"));
         drop(conn);
+
+        // The writer's own (native) connection: the same pragmas.
+        let writer::Connection::Native(native) = open_native(&dir.join("t.db"), init).unwrap()
+        else {
+            panic!("a SQLite writer connection is native");
+        };
+        let pragma = |name: &str| -> String {
+            native
+                .query_row(&format!("PRAGMA {name}"), [], |row| {
+                    Ok(match row.get_ref(0)? {
+                        rusqlite::types::ValueRef::Integer(i) => i.to_string(),
+                        rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into(),
+                        other => format!("{other:?}"),
+                    })
+                })
+                .unwrap()
+        };
+        assert_eq!(pragma("synchronous"), "2", "FULL");
+        assert_eq!(pragma("temp_store"), "2", "MEMORY");
+        assert_eq!(pragma("journal_mode"), "wal");
+        assert_eq!(pragma("foreign_keys"), "1");
+        assert_eq!(pragma("busy_timeout"), "5000");
+        drop(native);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -12,10 +12,10 @@
 //! instance's heartbeat renews (`store::instances`). A row whose claimant stopped,
 //! died or stopped renewing is due again without waiting for any timeout.
 
+use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
-use sqlx::Row;
 
 /// Which live leases a revocation covers.
 #[derive(Debug, Clone, Copy)]
@@ -54,12 +54,12 @@ pub async fn enqueue(
         Scope::Lease(_) => insert_where!("id = $3"),
         Scope::ExpiredBy(_) => insert_where!("expires_at <= $3"),
     });
-    let query = sqlx::query(&q).bind(reason).bind(now);
+    let query = stmt(&q).bind(reason).bind(now);
     let query = match scope {
         Scope::Run(id) | Scope::Capability(id) | Scope::Lease(id) => query.bind(id.to_owned()),
         Scope::ExpiredBy(at) => query.bind(at),
     };
-    Ok(query.execute(&mut *ctx.conn).await?.rows_affected())
+    Ok(query.execute(&mut ctx.conn).await?.rows_affected())
 }
 
 /// One claimed removal.
@@ -101,12 +101,12 @@ impl WriteOp for ClaimRevocations {
                    ORDER BY next_attempt_at LIMIT $4) \
                  RETURNING lease_id, backend, downstream_ref, run_id, reason, attempts",
             );
-            let rows = sqlx::query(&q)
+            let rows = stmt(&q)
                 .bind(&self.instance_id)
                 .bind(now + self.claim_secs)
                 .bind(now)
                 .bind(self.limit)
-                .fetch_all(&mut *ctx.conn)
+                .fetch_all(&mut ctx.conn)
                 .await?;
             rows.iter()
                 .map(|r| {
@@ -116,7 +116,7 @@ impl WriteOp for ClaimRevocations {
                         downstream_ref: r.try_get("downstream_ref")?,
                         run_id: r.try_get("run_id")?,
                         reason: r.try_get("reason")?,
-                        attempts: r.try_get::<i64, _>("attempts")?,
+                        attempts: r.try_get::<i64>("attempts")?,
                     })
                 })
                 .collect()
@@ -160,10 +160,10 @@ impl WriteOp for FinishRevocations {
                             "UPDATE revocations SET done_at = $1, last_error = NULL, claimed_by = NULL, claim_until = NULL \
                              WHERE lease_id = $2 AND done_at IS NULL",
                         );
-                        let n = sqlx::query(&q)
+                        let n = stmt(&q)
                             .bind(now)
                             .bind(&job.lease_id)
-                            .execute(&mut *ctx.conn)
+                            .execute(&mut ctx.conn)
                             .await?
                             .rows_affected();
                         if n == 0 {
@@ -179,12 +179,12 @@ impl WriteOp for FinishRevocations {
                             "UPDATE revocations SET next_attempt_at = $1, last_error = $2, claimed_by = NULL, claim_until = NULL \
                              WHERE lease_id = $3 AND done_at IS NULL AND claimed_by = $4",
                         );
-                        let n = sqlx::query(&q)
+                        let n = stmt(&q)
                             .bind(*retry_at)
                             .bind(error)
                             .bind(&job.lease_id)
                             .bind(&self.instance_id)
-                            .execute(&mut *ctx.conn)
+                            .execute(&mut ctx.conn)
                             .await?
                             .rows_affected();
                         if n == 0 {
@@ -223,10 +223,10 @@ pub async fn rearm(ctx: &mut WriteCtx<'_>, lease_id: &str) -> Result<u64, sqlx::
         "UPDATE revocations SET done_at = NULL, next_attempt_at = $1, claimed_by = NULL, claim_until = NULL \
          WHERE lease_id = $2 AND done_at IS NOT NULL",
     );
-    Ok(sqlx::query(&q)
+    Ok(stmt(&q)
         .bind(ctx.now())
         .bind(lease_id)
-        .execute(&mut *ctx.conn)
+        .execute(&mut ctx.conn)
         .await?
         .rows_affected())
 }
@@ -260,7 +260,7 @@ impl WriteOp for ExpireLeases {
                 "UPDATE leases SET revoked_at = $1 \
                  WHERE revoked_at IS NULL AND downstream_ref IS NOT NULL AND expires_at <= $1",
             );
-            sqlx::query(&q).bind(now).execute(&mut *ctx.conn).await?;
+            stmt(&q).bind(now).execute(&mut ctx.conn).await?;
             Ok(queued)
         })
     }

@@ -4,6 +4,7 @@
 //! capability in it inactive. Ending is idempotent: the first end revokes, a repeat
 //! finds nothing left to revoke and says so.
 
+use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
@@ -79,7 +80,7 @@ impl WriteOp for CreateRun {
                  task_attributes, labels, created_at, expires_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             );
-            sqlx::query(&q)
+            stmt(&q)
                 .bind(&r.id)
                 .bind(&self.token_hash)
                 .bind(&r.runtime_id)
@@ -91,7 +92,7 @@ impl WriteOp for CreateRun {
                 .bind(labels)
                 .bind(r.created_at)
                 .bind(r.expires_at)
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?;
             ctx.audit(&self.audit).await
         })
@@ -118,17 +119,17 @@ impl WriteOp for EndRun {
             let now = ctx.now();
             let q =
                 ctx.sql("SELECT runtime_id, ended_at, user_name, task_id FROM runs WHERE id = $1");
-            let row = sqlx::query(&q)
+            let row = stmt(&q)
                 .bind(&self.run_id)
-                .fetch_optional(&mut *ctx.conn)
+                .fetch_optional(&mut ctx.conn)
                 .await?;
             let visible = match &row {
                 None => None,
                 Some(row) => {
-                    let owner: String = sqlx::Row::try_get(row, "runtime_id")?;
-                    let ended_at: Option<i64> = sqlx::Row::try_get(row, "ended_at")?;
-                    let user: String = sqlx::Row::try_get(row, "user_name")?;
-                    let task: String = sqlx::Row::try_get(row, "task_id")?;
+                    let owner: String = row.try_get("runtime_id")?;
+                    let ended_at: Option<i64> = row.try_get("ended_at")?;
+                    let user: String = row.try_get("user_name")?;
+                    let task: String = row.try_get("task_id")?;
                     (self.runtime_id.is_none() || self.runtime_id.as_ref() == Some(&owner))
                         .then_some((ended_at, user, task))
                 }
@@ -144,11 +145,11 @@ impl WriteOp for EndRun {
             let mut counts = RevokedCounts::default();
             if ended_at.is_none() {
                 let q = ctx.sql("UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL");
-                sqlx::query(&q)
+                stmt(&q)
                     .bind(now)
                     .bind(self.reason)
                     .bind(&self.run_id)
-                    .execute(&mut *ctx.conn)
+                    .execute(&mut ctx.conn)
                     .await?;
                 counts = revoke_everything(ctx, &self.run_id, now, "run_ended").await?;
                 let mut ev = self.audit.clone();
@@ -183,13 +184,13 @@ impl WriteOp for ExpireRuns {
                 "SELECT id, expires_at, user_name, task_id FROM runs \
                  WHERE ended_at IS NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2",
             );
-            let rows = sqlx::query(&q)
+            let rows = stmt(&q)
                 .bind(now)
                 .bind(self.limit)
-                .fetch_all(&mut *ctx.conn)
+                .fetch_all(&mut ctx.conn)
                 .await?;
             for row in &rows {
-                let expires_at: i64 = sqlx::Row::try_get(row, "expires_at")?;
+                let expires_at: i64 = row.try_get("expires_at")?;
                 let mut ev = AuditEvent::new(events::RUN_EXPIRED, "broker", "allow");
                 ev.reason = Some("expired".into());
                 // Ended at its expiry: that is when it stopped being usable.
@@ -205,26 +206,26 @@ impl WriteOp for ExpireRuns {
 /// and appends `ev` completed with the run, user, task and what was revoked.
 pub(crate) async fn close_open_run(
     ctx: &mut WriteCtx<'_>,
-    row: &sqlx::any::AnyRow,
+    row: &super::query::Row,
     ended_at: i64,
     end_reason: &'static str,
     revoke_reason: &'static str,
     mut ev: AuditEvent,
 ) -> Result<RevokedCounts, sqlx::Error> {
-    let id: String = sqlx::Row::try_get(row, "id")?;
+    let id: String = row.try_get("id")?;
     let q = ctx
         .sql("UPDATE runs SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL");
-    sqlx::query(&q)
+    stmt(&q)
         .bind(ended_at)
         .bind(end_reason)
         .bind(&id)
-        .execute(&mut *ctx.conn)
+        .execute(&mut ctx.conn)
         .await?;
     let now = ctx.now();
     let counts = revoke_everything(ctx, &id, now, revoke_reason).await?;
     ev.run_id = Some(id);
-    ev.user = Some(sqlx::Row::try_get(row, "user_name")?);
-    ev.task_id = Some(sqlx::Row::try_get(row, "task_id")?);
+    ev.user = Some(row.try_get("user_name")?);
+    ev.task_id = Some(row.try_get("task_id")?);
     ev.detail = Some(format!(
         "capabilities={} leases={} pending={}",
         counts.capabilities, counts.leases, counts.pending
@@ -245,20 +246,20 @@ pub(crate) async fn revoke_everything(
         "UPDATE capabilities SET revoked_at = $1, revoke_reason = $2 \
          WHERE run_id = $3 AND revoked_at IS NULL",
     );
-    counts.capabilities = sqlx::query(&q)
+    counts.capabilities = stmt(&q)
         .bind(now)
         .bind(reason)
         .bind(run_id)
-        .execute(&mut *ctx.conn)
+        .execute(&mut ctx.conn)
         .await?
         .rows_affected();
     counts.pending =
         super::revocations::enqueue(ctx, super::revocations::Scope::Run(run_id), reason).await?;
     let q = ctx.sql("UPDATE leases SET revoked_at = $1 WHERE run_id = $2 AND revoked_at IS NULL");
-    counts.leases = sqlx::query(&q)
+    counts.leases = stmt(&q)
         .bind(now)
         .bind(run_id)
-        .execute(&mut *ctx.conn)
+        .execute(&mut ctx.conn)
         .await?
         .rows_affected();
     counts.approvals = super::approvals::cancel_for_run(ctx, run_id, now).await?;

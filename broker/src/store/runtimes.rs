@@ -1,5 +1,6 @@
 //! Runtimes: the orchestrators allowed to start runs, scoped by user and task-kind globs.
 
+use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{decode, Store, StoreError};
 use crate::audit::{events, AuditEvent};
@@ -33,7 +34,7 @@ impl WriteOp for CreateRuntime {
                 "INSERT INTO runtimes (id, name, key_hash, users, task_kinds, client_cert_sha256, created_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
             );
-            sqlx::query(&q)
+            stmt(&q)
                 .bind(&r.id)
                 .bind(&r.name)
                 .bind(&self.key_hash)
@@ -41,7 +42,7 @@ impl WriteOp for CreateRuntime {
                 .bind(&r.task_kinds)
                 .bind(&r.client_cert_sha256)
                 .bind(ctx.now())
-                .execute(&mut *ctx.conn)
+                .execute(&mut ctx.conn)
                 .await?;
             ctx.audit(&self.audit).await
         })
@@ -75,9 +76,9 @@ impl WriteOp for DisableRuntime {
         Box::pin(async move {
             let now = ctx.now();
             let q = ctx.sql("SELECT id, disabled_at FROM runtimes WHERE name = $1");
-            let row = sqlx::query(&q)
+            let row = stmt(&q)
                 .bind(&self.name)
-                .fetch_optional(&mut *ctx.conn)
+                .fetch_optional(&mut ctx.conn)
                 .await?;
             let Some(row) = row else {
                 let mut ev = self.audit.clone();
@@ -86,23 +87,19 @@ impl WriteOp for DisableRuntime {
                 ctx.audit(&ev).await?;
                 return Ok(None);
             };
-            let id: String = sqlx::Row::try_get(&row, "id")?;
-            let disabled_at: Option<i64> = sqlx::Row::try_get(&row, "disabled_at")?;
+            let id: String = row.try_get("id")?;
+            let disabled_at: Option<i64> = row.try_get("disabled_at")?;
             let mut out = Disabled::default();
             if disabled_at.is_none() {
                 let q = ctx.sql("UPDATE runtimes SET disabled_at = $1 WHERE id = $2");
-                sqlx::query(&q)
-                    .bind(now)
-                    .bind(&id)
-                    .execute(&mut *ctx.conn)
-                    .await?;
+                stmt(&q).bind(now).bind(&id).execute(&mut ctx.conn).await?;
                 out.disabled = true;
             }
             // Also on a repeat: a run started in a race with the first disable ends too.
             let q = ctx.sql(
                 "SELECT id, user_name, task_id FROM runs WHERE runtime_id = $1 AND ended_at IS NULL",
             );
-            let runs = sqlx::query(&q).bind(&id).fetch_all(&mut *ctx.conn).await?;
+            let runs = stmt(&q).bind(&id).fetch_all(&mut ctx.conn).await?;
             for run in &runs {
                 let mut ev = AuditEvent::new(events::RUN_ENDED, self.audit.actor.clone(), "allow");
                 ev.reason = Some("runtime_disabled".into());

@@ -3,6 +3,7 @@
 //! 2xx. A crash between the commit and the delivery loses nothing; a receiver
 //! that is down gets the notification when it is back, within the retry window.
 
+use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, Store, StoreError};
 
@@ -21,14 +22,14 @@ pub(crate) async fn enqueue(
         "INSERT INTO webhook_outbox (id, approval_id, event, body, created_at, next_attempt_at) \
          VALUES ($1, $2, $3, $4, $5, $6)",
     );
-    sqlx::query(&q)
+    stmt(&q)
         .bind(crate::ids::new_id())
         .bind(approval_id)
         .bind(event)
         .bind(body)
         .bind(now)
         .bind(now)
-        .execute(&mut *ctx.conn)
+        .execute(&mut ctx.conn)
         .await?;
     Ok(())
 }
@@ -85,21 +86,21 @@ impl WriteOp for Attempted {
                     "UPDATE webhook_outbox SET attempts = attempts + 1, delivered_at = $1, \
                      last_error = NULL WHERE id = $2",
                 );
-                sqlx::query(&q)
+                stmt(&q)
                     .bind(now)
                     .bind(&self.id)
-                    .execute(&mut *ctx.conn)
+                    .execute(&mut ctx.conn)
                     .await?;
             } else {
                 let q = ctx.sql(
                     "UPDATE webhook_outbox SET attempts = attempts + 1, last_error = $1, \
                      next_attempt_at = $2 WHERE id = $3",
                 );
-                sqlx::query(&q)
+                stmt(&q)
                     .bind(&self.error)
                     .bind(now + self.retry_in)
                     .bind(&self.id)
-                    .execute(&mut *ctx.conn)
+                    .execute(&mut ctx.conn)
                     .await?;
             }
             Ok(())

@@ -20,16 +20,22 @@
 //! with multi-row statements. The engine knows no kind of op; the kinds live
 //! with the state they change and depend on this module, never the reverse.
 //!
+//! On SQLite the writer is a thread of its own holding a native connection
+//! (see [`super::query`]): a batch runs start to end on that thread, each
+//! statement prepared once and cached, with no hop to another thread per
+//! statement. On PostgreSQL it is a task on the runtime, over sqlx.
+//!
 //! On PostgreSQL with several replicas, each replica has its own writer. Every
 //! batch first locks the audit chain's head row (`SELECT … FOR UPDATE`), so
 //! batches of all replicas are serialised: a batch may read state (run ended?
 //! rate bucket?) and write it back without another replica interleaving.
 
 use super::audit::{ChainedRow, Head};
+use super::query::{stmt, Conn};
 use super::{Dialect, StoreError};
 use crate::audit::{chain_mac, AuditEvent, AuditKey};
 use crate::clock::Clock;
-use sqlx::{AnyConnection, Executor};
+use sqlx::AnyConnection;
 use std::any::{Any, TypeId};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,7 +53,7 @@ const SUBMIT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The transaction an op runs in, plus the audit chain's tip.
 pub struct WriteCtx<'c> {
-    pub conn: &'c mut AnyConnection,
+    pub conn: Conn<'c>,
     pub dialect: Dialect,
     pub now_ms: i64,
     head: Head,
@@ -88,7 +94,7 @@ impl WriteCtx<'_> {
     async fn flush_audit(&mut self) -> Result<(), sqlx::Error> {
         let rows = std::mem::take(&mut self.audit_rows);
         let key_id = self.audit_key.as_ref().map(|k| k.id.as_str());
-        super::audit::insert(self.conn, self.dialect, self.now_ms, key_id, &rows).await
+        super::audit::insert(&mut self.conn, self.dialect, self.now_ms, key_id, &rows).await
     }
 }
 
@@ -273,8 +279,23 @@ impl<O: BatchedOp> Queued for PendingBatched<O> {
     }
 }
 
+/// A connection the writer owns between batches.
+pub enum Connection {
+    Sqlx(AnyConnection),
+    Native(rusqlite::Connection),
+}
+
+impl Connection {
+    fn borrow(&mut self) -> Conn<'_> {
+        match self {
+            Connection::Sqlx(c) => Conn::Sqlx(c),
+            Connection::Native(c) => Conn::Native(c),
+        }
+    }
+}
+
 pub type Connector =
-    Box<dyn Fn() -> BoxFuture<'static, Result<AnyConnection, StoreError>> + Send + Sync>;
+    Box<dyn Fn() -> BoxFuture<'static, Result<Connection, StoreError>> + Send + Sync>;
 
 /// Counters for `/metrics`.
 #[derive(Default)]
@@ -312,7 +333,25 @@ impl Writer {
             audit_key: std::sync::OnceLock::new(),
             high_water: AtomicI64::new(0),
         });
-        tokio::spawn(run(rx, connect, dialect, env.clone(), stats.clone()));
+        let task = run(rx, connect, dialect, env.clone(), stats.clone());
+        match dialect {
+            // A batch on the native connection never waits on the runtime: it
+            // runs on a thread of its own, which parks between batches. The
+            // runtime's handle is entered there for the timers the engine sets.
+            Dialect::Sqlite => {
+                let handle = tokio::runtime::Handle::current();
+                std::thread::Builder::new()
+                    .name("tessera-writer".into())
+                    .spawn(move || {
+                        let _runtime = handle.enter();
+                        block_on(task);
+                    })
+                    .expect("the writer thread starts");
+            }
+            Dialect::Postgres => {
+                tokio::spawn(task);
+            }
+        }
         Writer { tx, stats, env }
     }
 
@@ -382,6 +421,30 @@ impl Writer {
     }
 }
 
+/// Runs `task` to its end on this thread, parking it while the task waits.
+fn block_on<F: std::future::Future>(task: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut task = std::pin::pin!(task);
+    loop {
+        if let std::task::Poll::Ready(out) = task.as_mut().poll(&mut cx) {
+            return out;
+        }
+        // A wake-up before this park makes it return at once; a spurious one
+        // only polls again.
+        std::thread::park();
+    }
+}
+
 async fn run(
     mut rx: mpsc::Receiver<Box<dyn Queued>>,
     connect: Connector,
@@ -389,7 +452,7 @@ async fn run(
     env: Arc<WriterEnv>,
     stats: Arc<WriterStats>,
 ) {
-    let mut conn: Option<AnyConnection> = None;
+    let mut conn: Option<Connection> = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -422,12 +485,12 @@ fn fail_all(batch: Vec<Box<dyn Queued>>, e: &StoreError) {
 /// Commits the batch, retrying op by op on a database error. Returns the
 /// connection if it is still usable.
 async fn commit_batch(
-    mut conn: AnyConnection,
+    mut conn: Connection,
     mut batch: Vec<Box<dyn Queued>>,
     dialect: Dialect,
     env: &WriterEnv,
     stats: &WriterStats,
-) -> Option<AnyConnection> {
+) -> Option<Connection> {
     let n = batch.len() as u64;
     match attempt(&mut conn, &mut batch, dialect, env).await {
         Ok(()) => {
@@ -527,7 +590,7 @@ fn classify(e: sqlx::Error) -> AttemptError {
 }
 
 async fn attempt(
-    conn: &mut AnyConnection,
+    conn: &mut Connection,
     batch: &mut [Box<dyn Queued>],
     dialect: Dialect,
     env: &WriterEnv,
@@ -540,7 +603,9 @@ async fn attempt(
                 job.discard();
             }
             let e = classify(e);
-            if matches!(e, AttemptError::Db(_)) && conn.execute("ROLLBACK").await.is_err() {
+            if matches!(e, AttemptError::Db(_))
+                && stmt("ROLLBACK").execute(&mut conn.borrow()).await.is_err()
+            {
                 return Err(AttemptError::Lost(sqlx::Error::PoolClosed));
             }
             Err(e)
@@ -555,7 +620,7 @@ async fn attempt(
 }
 
 async fn apply_all(
-    conn: &mut AnyConnection,
+    conn: &mut Connection,
     batch: &mut [Box<dyn Queued>],
     dialect: Dialect,
     env: &WriterEnv,
@@ -565,8 +630,9 @@ async fn apply_all(
         Dialect::Postgres => "BEGIN",
     };
     let started = std::time::Instant::now();
-    conn.execute(begin).await?;
-    let head = super::audit::lock_head(conn, dialect).await?;
+    let mut conn = conn.borrow();
+    stmt(begin).execute(&mut conn).await?;
+    let head = super::audit::lock_head(&mut conn, dialect).await?;
     let head_seq = head.seq;
     let seen = env.high_water.load(Ordering::Acquire);
     if head_seq < seen {
@@ -611,10 +677,10 @@ async fn apply_all(
     ctx.flush_audit().await?;
     let applied = started.elapsed();
     if ctx.head.seq != head_seq {
-        super::audit::set_head(ctx.conn, dialect, &ctx.head).await?;
+        super::audit::set_head(&mut ctx.conn, dialect, &ctx.head).await?;
     }
     let committing = std::time::Instant::now();
-    ctx.conn.execute("COMMIT").await?;
+    stmt("COMMIT").execute(&mut ctx.conn).await?;
     env.high_water.fetch_max(ctx.head.seq, Ordering::AcqRel);
     let commit = committing.elapsed();
     // COMMIT is where SQLite syncs the WAL and, past wal_autocheckpoint pages,
@@ -652,10 +718,7 @@ impl WriteOp for Probe {
                 "INSERT INTO store_probe (id, at_ms) VALUES (1, $1) \
                  ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",
             );
-            sqlx::query(&q)
-                .bind(ctx.now_ms)
-                .execute(&mut *ctx.conn)
-                .await?;
+            stmt(&q).bind(ctx.now_ms).execute(&mut ctx.conn).await?;
             Ok(())
         })
     }
@@ -746,6 +809,163 @@ mod tests {
             sizes.iter().sum::<usize>(),
             64,
             "every op applied once: {sizes:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Inserts row `id` into the probe table; `GRANTS` says whether it may be
+    /// skipped once its submitter has gone.
+    struct Insert<const GRANTS: bool>(i64);
+
+    impl<const G: bool> WriteOp for Insert<G> {
+        type Output = ();
+        const GRANTS: bool = G;
+        fn apply<'a>(
+            &'a self,
+            ctx: &'a mut WriteCtx<'_>,
+        ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+            Box::pin(async move {
+                let q = ctx.sql("INSERT INTO writer_test (id) VALUES ($1)");
+                stmt(&q).bind(self.0).execute(&mut ctx.conn).await?;
+                Ok(())
+            })
+        }
+    }
+
+    /// Holds the writer until told to go (says when it has started).
+    struct Gate {
+        started: std::sync::mpsc::Sender<()>,
+        go: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl WriteOp for Gate {
+        type Output = ();
+        fn apply<'a>(
+            &'a self,
+            _ctx: &'a mut WriteCtx<'_>,
+        ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+            Box::pin(async move {
+                let _ = self.started.send(());
+                let _ = self.go.lock().unwrap().recv();
+                Ok(())
+            })
+        }
+    }
+
+    /// A store with a table of its own for [`Insert`].
+    async fn test_store(dir: &std::path::Path) -> Store {
+        let store = store(dir).await;
+        sqlx::query("CREATE TABLE writer_test (id INTEGER PRIMARY KEY)")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        store
+    }
+
+    async fn probe_rows(store: &Store, id: i64) -> i64 {
+        sqlx::query_scalar(&store.sql("SELECT COUNT(*) FROM writer_test WHERE id = $1"))
+            .bind(id)
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_refused_op_does_not_fail_the_others_in_its_batch() {
+        let dir = temp_dir();
+        let store = test_store(&dir).await;
+        let writer = store.writer().clone();
+        writer
+            .submit(Insert::<true>(1000))
+            .await
+            .expect("first insert");
+        // Held behind a gate, every insert lands in one batch with the duplicate.
+        let (started, started_rx) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel();
+        let gate = tokio::spawn({
+            let w = writer.clone();
+            async move {
+                w.submit(Gate {
+                    started,
+                    go: Mutex::new(go_rx),
+                })
+                .await
+            }
+        });
+        tokio::task::spawn_blocking(move || started_rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let jobs: Vec<_> = (0..40i64)
+            .map(|i| {
+                let w = writer.clone();
+                // Row 1000 exists: the 21st insert is refused.
+                let id = if i == 20 { 1000 } else { 2000 + i };
+                tokio::spawn(async move { (id, w.submit(Insert::<true>(id)).await) })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        go.send(()).unwrap();
+        gate.await.unwrap().expect("gate commits");
+        for job in jobs {
+            let (id, out) = job.await.unwrap();
+            if id == 1000 {
+                assert!(matches!(out, Err(StoreError::Conflict(_))), "{out:?}");
+            } else {
+                out.expect("a good op in a failed batch commits on its own");
+                assert_eq!(probe_rows(&store, id).await, 1);
+            }
+        }
+        assert!(writer.stats().failed_batches.load(Ordering::Relaxed) >= 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_nobody_waits_for_is_skipped_and_a_record_is_not() {
+        let dir = temp_dir();
+        let store = test_store(&dir).await;
+        let writer = store.writer().clone();
+        let (started, started_rx) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel();
+        let gate = tokio::spawn({
+            let w = writer.clone();
+            async move {
+                w.submit(Gate {
+                    started,
+                    go: Mutex::new(go_rx),
+                })
+                .await
+            }
+        });
+        tokio::task::spawn_blocking(move || started_rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        // Queued behind the gate, then given up on by their submitters.
+        let grant = tokio::spawn({
+            let w = writer.clone();
+            async move { w.submit(Insert::<true>(7)).await }
+        });
+        let record = tokio::spawn({
+            let w = writer.clone();
+            async move { w.submit(Insert::<false>(8)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        grant.abort();
+        record.abort();
+        let _ = (grant.await, record.await);
+        go.send(()).unwrap();
+        gate.await.unwrap().expect("gate commits");
+        writer.submit(Probe).await.expect("the writer goes on");
+        assert_eq!(
+            probe_rows(&store, 7).await,
+            0,
+            "an abandoned grant is skipped"
+        );
+        assert_eq!(
+            probe_rows(&store, 8).await,
+            1,
+            "a record is applied regardless"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
