@@ -8,14 +8,17 @@
 
 use super::extract::RequestId;
 use crate::app::AppState;
+use crate::boxed::BoxFuture;
 use crate::error::ApiError;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::convert::Infallible;
+use std::task::{Context, Poll};
 use std::time::Instant;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::{ErrorBody, ErrorDetail};
+use tower::{Layer, Service};
 use tracing::Instrument;
 
 /// A handler rendered its own error body (the OAuth endpoints' RFC 6749
@@ -23,18 +26,83 @@ use tracing::Instrument;
 #[derive(Debug, Clone, Copy)]
 pub struct Rendered;
 
-pub async fn request_context(
-    State(app): State<AppState>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let id = crate::ids::new_request_id();
-    let dpop_nonce = app.dpop.requires_nonce() && req.headers().contains_key("dpop");
-    req.extensions_mut().insert(RequestId(id.clone()));
-    let started = Instant::now();
-    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
-    let mut resp = next.run(req).instrument(span.clone()).await;
+/// The outermost layer of [`super::router`]: every request gets an id (in its
+/// extensions as [`RequestId`], in a `request` span around everything below,
+/// in `X-Request-Id` on the answer), every error response the JSON body, and
+/// every answer is counted.
+#[derive(Clone)]
+pub struct RequestContextLayer {
+    app: AppState,
+}
 
+impl RequestContextLayer {
+    pub fn new(app: AppState) -> Self {
+        Self { app }
+    }
+}
+
+impl<S> Layer<S> for RequestContextLayer {
+    type Service = RequestContext<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestContext {
+            app: self.app.clone(),
+            inner,
+        }
+    }
+}
+
+/// The service [`RequestContextLayer`] wraps around a route.
+#[derive(Clone)]
+pub struct RequestContext<S> {
+    app: AppState,
+    inner: S,
+}
+
+impl<S> Service<Request> for RequestContext<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        // The service that was polled ready is the one that is called; a clone
+        // (not yet ready) stays behind for the next request.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let app = self.app.clone();
+        Box::pin(async move {
+            let id = crate::ids::new_request_id();
+            let dpop_nonce = app.dpop.requires_nonce() && req.headers().contains_key("dpop");
+            req.extensions_mut().insert(RequestId(id.clone()));
+            let started = Instant::now();
+            // The fields are formatted only if a subscriber takes the span.
+            let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
+            // Everything below runs in the span, the inner service's `call` included.
+            let mut below = std::pin::pin!(async move { inner.call(req).await }.instrument(span));
+            let Ok(resp) = below.as_mut().await;
+            Ok(finish(&app, resp, &id, below.span(), dpop_nonce, started))
+        })
+    }
+}
+
+/// The answer as it leaves: the error body rendered, the request id and a
+/// DPoP nonce added, the response counted.
+fn finish(
+    app: &AppState,
+    mut resp: Response,
+    id: &str,
+    span: &tracing::Span,
+    dpop_nonce: bool,
+    started: Instant,
+) -> Response {
     let rendered = resp.extensions_mut().remove::<Rendered>().is_some();
     let error = match resp.extensions_mut().remove::<ApiError>() {
         Some(e) => Some(e),
@@ -63,7 +131,7 @@ pub async fn request_context(
             error: ErrorDetail {
                 code: e.code.as_str().to_owned(),
                 message: e.message.clone(),
-                request_id: id.clone(),
+                request_id: id.to_owned(),
             },
         };
         let headers = resp.headers().clone();
@@ -78,7 +146,7 @@ pub async fn request_context(
             }
         }
     }
-    if let Ok(v) = HeaderValue::from_str(&id) {
+    if let Ok(v) = HeaderValue::from_str(id) {
         resp.headers_mut().insert("x-request-id", v);
     }
     // RFC 9449 §8: a fresh nonce with every answer to a DPoP request.

@@ -18,7 +18,7 @@
 //!
 //! Every refusal reads as [`refusals`] says (status, code, message), and the
 //! OpenAPI document is assembled in [`openapi`]. Bodies are capped at 64 KiB;
-//! every response passes [`middleware::request_context`].
+//! every response passes [`middleware::RequestContext`].
 
 pub mod admin;
 pub mod approvals;
@@ -103,13 +103,7 @@ pub fn router(app: AppState) -> Router {
         .merge(console::routes())
         .fallback(middleware::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn_with_state(
-            app.clone(),
-            edge::guard,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            app.clone(),
-            middleware::request_context,
-        ))
+        .layer(edge::GuardLayer::new(app.clone()))
+        .layer(middleware::RequestContextLayer::new(app.clone()))
         .with_state(app)
 }
