@@ -3,6 +3,12 @@
 //! Counters by outcome for the decisions that matter (capabilities, exchanges,
 //! HTTP statuses), a latency histogram, and the writer's commit/batch counters,
 //! which show how much group commit is saving.
+//!
+//! The counters a request touches (its HTTP status; a capability's or an
+//! exchange's outcome) are resolved once per label value and then incremented
+//! directly: the hot path builds no label vector and takes no lock. Each is
+//! resolved on first use, so `/metrics` lists a series only once it has been
+//! counted, exactly as a plain family does.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -12,14 +18,92 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
 
 type Labels = Vec<(&'static str, String)>;
 
+/// Capability outcomes counted by the API (`approval_requested`, `denied`,
+/// `issued`, `rate_limited`, `refused`), the likeliest first.
+const CAPABILITY_OUTCOMES: &[&str] = &[
+    "issued",
+    "denied",
+    "refused",
+    "rate_limited",
+    "approval_requested",
+];
+
+/// Exchange outcomes known in advance, the likeliest first (a backend's error
+/// code, also counted, takes the family's own lookup).
+const EXCHANGE_OUTCOMES: &[&str] = &[
+    "ok",
+    "invalid_token",
+    "invalid_dpop_proof",
+    "uses_exhausted",
+    "capability_unknown",
+    "capability_revoked",
+    "capability_expired",
+    "capability_lapsed",
+    "run_expired",
+    "run_ended",
+    "claims_mismatch",
+    "policy_changed",
+    "backend_gone",
+    "revoked_during_issue",
+];
+
+/// Every status code a response can have (`http::StatusCode` is 100–999;
+/// the table covers 100–599, anything else takes the family's lookup).
+const STATUS_FIRST: u16 = 100;
+const STATUS_COUNT: usize = 500;
+
+/// A counter family with one label whose values are (mostly) known in
+/// advance: each known value's counter is looked up in the family once, on
+/// its first use, and kept.
+struct Resolved {
+    family: Family<Labels, Counter>,
+    label: &'static str,
+    handles: Box<[OnceLock<Counter>]>,
+}
+
+impl Resolved {
+    fn new(label: &'static str, slots: usize) -> Self {
+        Self {
+            family: Family::default(),
+            label,
+            handles: (0..slots).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// Adds one to the series `label=value`, `slot` being `value`'s place in
+    /// the table (`None`: not in it).
+    fn inc(&self, slot: Option<usize>, value: impl FnOnce() -> String) {
+        match slot.and_then(|i| self.handles.get(i)) {
+            Some(handle) => handle
+                .get_or_init(|| {
+                    self.family
+                        .get_or_create(&vec![(self.label, value())])
+                        .clone()
+                })
+                .inc(),
+            None => self
+                .family
+                .get_or_create(&vec![(self.label, value())])
+                .inc(),
+        };
+    }
+
+    /// For a table of `&'static str` values.
+    fn inc_named(&self, values: &[&str], value: &str) {
+        let slot = values.iter().position(|v| *v == value);
+        self.inc(slot, || value.to_owned());
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
-    http: Family<Labels, Counter>,
-    capabilities: Family<Labels, Counter>,
-    exchanges: Family<Labels, Counter>,
+    http: Resolved,
+    capabilities: Resolved,
+    exchanges: Resolved,
     background: Family<Labels, Counter>,
     revocations: Family<Labels, Counter>,
     revocations_pending: Gauge,
@@ -38,9 +122,9 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("tessera");
-        let http = Family::<Labels, Counter>::default();
-        let capabilities = Family::<Labels, Counter>::default();
-        let exchanges = Family::<Labels, Counter>::default();
+        let http = Resolved::new("status", STATUS_COUNT);
+        let capabilities = Resolved::new("outcome", CAPABILITY_OUTCOMES.len());
+        let exchanges = Resolved::new("outcome", EXCHANGE_OUTCOMES.len());
         let background = Family::<Labels, Counter>::default();
         let revocations = Family::<Labels, Counter>::default();
         let revocations_pending = Gauge::default();
@@ -58,13 +142,21 @@ impl Metrics {
             "Bytes relayed by the egress gateway, by direction",
             egress_bytes.clone(),
         );
-        registry.register("http_requests", "HTTP responses by status", http.clone());
+        registry.register(
+            "http_requests",
+            "HTTP responses by status",
+            http.family.clone(),
+        );
         registry.register(
             "capabilities",
             "Capability decisions by outcome",
-            capabilities.clone(),
+            capabilities.family.clone(),
         );
-        registry.register("exchanges", "Exchanges by outcome", exchanges.clone());
+        registry.register(
+            "exchanges",
+            "Exchanges by outcome",
+            exchanges.family.clone(),
+        );
         registry.register(
             "background",
             "Policy reloads and expiry sweeps by task and outcome",
@@ -106,16 +198,16 @@ impl Metrics {
     }
 
     pub fn http_response(&self, status: u16, seconds: f64) {
-        self.http
-            .get_or_create(&vec![("status", status.to_string())])
-            .inc();
+        let slot = status
+            .checked_sub(STATUS_FIRST)
+            .map(usize::from)
+            .filter(|i| *i < STATUS_COUNT);
+        self.http.inc(slot, || status.to_string());
         self.latency.observe(seconds);
     }
 
     pub fn capability(&self, outcome: &'static str) {
-        self.capabilities
-            .get_or_create(&vec![("outcome", outcome.to_owned())])
-            .inc();
+        self.capabilities.inc_named(CAPABILITY_OUTCOMES, outcome);
     }
 
     /// One egress decision: `allow` or `deny`, with the reason (`policy`,
@@ -137,9 +229,7 @@ impl Metrics {
     }
 
     pub fn exchange(&self, outcome: &'static str) {
-        self.exchanges
-            .get_or_create(&vec![("outcome", outcome.to_owned())])
-            .inc();
+        self.exchanges.inc_named(EXCHANGE_OUTCOMES, outcome);
     }
 
     /// A background task's outcome: `task` = policy_reload | expiry_sweep.
@@ -187,5 +277,107 @@ impl Metrics {
             writer.failed_batches.load(Ordering::Relaxed),
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUSES: &[u16] = &[200, 200, 201, 404, 200, 100, 599, 600, 999, 429];
+    const CAPABILITIES: &[&str] = &["issued", "issued", "denied", "refused", "issued"];
+    // `backend_unavailable` is not in the table: the family's own lookup.
+    const EXCHANGES: &[&str] = &["ok", "backend_unavailable", "ok", "uses_exhausted"];
+
+    /// The lines of the three request families in `text`, sorted (a family
+    /// lists its series in hash order).
+    fn request_lines(text: &str) -> Vec<String> {
+        let mut lines: Vec<String> = text
+            .lines()
+            .filter(|l| {
+                [
+                    "tessera_http_requests",
+                    "tessera_capabilities",
+                    "tessera_exchanges",
+                ]
+                .iter()
+                .any(|m| l.contains(m))
+            })
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// The same counts through plain families, each series looked up by its
+    /// label vector every time (what `/metrics` rendered before the handles).
+    fn reference() -> String {
+        let mut registry = Registry::with_prefix("tessera");
+        let http = Family::<Labels, Counter>::default();
+        let capabilities = Family::<Labels, Counter>::default();
+        let exchanges = Family::<Labels, Counter>::default();
+        registry.register("http_requests", "HTTP responses by status", http.clone());
+        registry.register(
+            "capabilities",
+            "Capability decisions by outcome",
+            capabilities.clone(),
+        );
+        registry.register("exchanges", "Exchanges by outcome", exchanges.clone());
+        for s in STATUSES {
+            http.get_or_create(&vec![("status", s.to_string())]).inc();
+        }
+        for o in CAPABILITIES {
+            capabilities
+                .get_or_create(&vec![("outcome", (*o).to_owned())])
+                .inc();
+        }
+        for o in EXCHANGES {
+            exchanges
+                .get_or_create(&vec![("outcome", (*o).to_owned())])
+                .inc();
+        }
+        let mut out = String::new();
+        encode(&mut out, &registry).expect("encode");
+        out
+    }
+
+    #[test]
+    fn resolved_counters_render_as_plain_families_did() {
+        let m = Metrics::new();
+        for s in STATUSES {
+            m.http_response(*s, 0.001);
+        }
+        for o in CAPABILITIES {
+            m.capability(o);
+        }
+        for o in EXCHANGES {
+            m.exchange(o);
+        }
+        let text = m.render(&crate::store::writer::WriterStats::default());
+        let got = request_lines(&text);
+        assert_eq!(got, request_lines(&reference()));
+        // Spot checks, and a series never counted is not listed.
+        for line in [
+            "tessera_http_requests_total{status=\"200\"} 3",
+            "tessera_http_requests_total{status=\"999\"} 1",
+            "tessera_capabilities_total{outcome=\"issued\"} 3",
+            "tessera_exchanges_total{outcome=\"backend_unavailable\"} 1",
+            "tessera_exchanges_total{outcome=\"ok\"} 2",
+        ] {
+            assert!(got.iter().any(|l| l == line), "{line} in {got:#?}");
+        }
+        assert!(!text.contains("rate_limited"), "{text}");
+        assert!(!text.contains("invalid_token"), "{text}");
+        assert!(!text.contains("status=\"500\""), "{text}");
+        assert!(text.contains("tessera_http_request_duration_seconds_count 10"));
+    }
+
+    #[test]
+    fn the_tables_hold_each_value_once() {
+        for table in [CAPABILITY_OUTCOMES, EXCHANGE_OUTCOMES] {
+            for (i, v) in table.iter().enumerate() {
+                assert_eq!(table.iter().position(|w| w == v), Some(i), "{v}");
+            }
+        }
     }
 }
