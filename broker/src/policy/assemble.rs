@@ -19,6 +19,7 @@ use cedar_policy::{Authorizer, Entities, Entity, EntityTypeName, PolicySet, Sche
 
 use super::annotations::PolicyConstraints;
 use super::context::{self, Action};
+use super::decision_cache;
 use super::{PolicyEngine, PolicyRequest};
 
 pub(super) fn engine(
@@ -68,6 +69,7 @@ pub(super) fn engine(
     }
 
     let sets = super::resource_set::SetEvaluator::build(&policies).map_err(|e| vec![e])?;
+    let reads = decision_cache::analyse(&policies, &sets.variants);
     let mut engine = PolicyEngine {
         sets,
         schema,
@@ -80,6 +82,7 @@ pub(super) fn engine(
         user_type,
         resource_type,
         entities: context::EntitiesCache::default(),
+        decisions: decision_cache::DecisionCache::new(reads),
     };
     let mut errors = Vec::new();
     let mut not_requestable = Vec::new();

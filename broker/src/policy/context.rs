@@ -114,9 +114,7 @@ pub(super) fn request(
             .iter()
             .map(|(k, v)| RestrictedExpression::new_string(format!("{k}={v}"))),
     );
-    let requested_ttl = req
-        .requested_ttl
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let requested_ttl = requested_ttl(req);
     if let Some(arguments) = req.arguments {
         return with_arguments(engine, req, action, requested_ttl, arguments);
     }
@@ -153,6 +151,12 @@ pub(super) fn request(
         schema,
     )
     .map_err(|e| e.to_string())
+}
+
+/// `context.requested_ttl`: whole seconds, 0 when none was asked.
+pub(super) fn requested_ttl(req: &PolicyRequest<'_>) -> i64 {
+    req.requested_ttl
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// The request with `context.arguments`: the whole context is read as Cedar JSON

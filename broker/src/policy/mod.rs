@@ -18,6 +18,7 @@ pub mod approval_gate;
 mod assemble;
 pub mod cases;
 mod context;
+mod decision_cache;
 pub mod effective;
 pub mod example;
 pub mod explain;
@@ -58,6 +59,9 @@ pub struct PolicyEngine {
     entities: context::EntitiesCache,
     /// Every policy rewritten for deciding wildcard requests ([`resource_set`]).
     sets: resource_set::SetEvaluator,
+    /// Decisions of recent requests (exact: see [`decision_cache`]). Owned by the
+    /// snapshot, so a reload, which builds a new engine, starts it empty.
+    decisions: decision_cache::DecisionCache,
 }
 
 /// One capability request, as policy sees it. The resource is `BACKEND:PATH`.
@@ -287,15 +291,51 @@ impl PolicyEngine {
         self.policies.policies().count()
     }
 
+    /// `None` when this snapshot caches its decisions; otherwise why it does not
+    /// (e.g. `policy "office-hours" reads context.now`). Decided once, at load.
+    pub fn decision_cache_disabled(&self) -> Option<&str> {
+        self.decisions.disabled()
+    }
+
+    /// The decision cache in a few words, for the log line of a (re)load:
+    /// `on, keyed on context fields: run.labels, task.kind` or `off: <why>`.
+    /// (`context.arguments` is never a key: requests with arguments are not
+    /// cached.)
+    pub fn decision_cache_summary(&self) -> String {
+        match (self.decisions.reads(), self.decisions.disabled()) {
+            (Some(reads), _) => format!(
+                "on, keyed on context fields: {}",
+                reads.without(decision_cache::ReadSet::ARGUMENTS)
+            ),
+            (None, why) => format!("off: {}", why.unwrap_or("unknown")),
+        }
+    }
+
     /// Decides `req`, the one decision procedure of the broker and of every policy
     /// tool. A concrete path is Cedar's decision (default deny, forbid wins); a path
     /// with wildcards is a set, decided by [`resource_set`]'s rule. When allowed,
     /// the constraints are the strictest across the permits that hold (for a set:
-    /// that could hold for any member).
+    /// that could hold for any member). Decisions are cached per snapshot,
+    /// exactly: see [`decision_cache`].
     pub fn decide(&self, req: &PolicyRequest<'_>) -> PolicyDecision {
         let Some(action) = self.actions.get(req.action) else {
             return deny_error("unknown action".to_string());
         };
+        self.decisions
+            .get_or_decide(req, || self.decide_fresh(req, action))
+    }
+
+    /// Tests only: [`PolicyEngine::decide`] without the decision cache.
+    #[cfg(test)]
+    pub(crate) fn decide_uncached(&self, req: &PolicyRequest<'_>) -> PolicyDecision {
+        let Some(action) = self.actions.get(req.action) else {
+            return deny_error("unknown action".to_string());
+        };
+        self.decide_fresh(req, action)
+    }
+
+    /// The decision, evaluated.
+    fn decide_fresh(&self, req: &PolicyRequest<'_>, action: &context::Action) -> PolicyDecision {
         if crate::resource::is_set(req.backend_kind, req.path) {
             self.decide_set(req, action)
         } else {
@@ -485,6 +525,8 @@ fn deny_error(error: String) -> PolicyDecision {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_decision_cache;
 #[cfg(test)]
 mod tests_load;
 #[cfg(test)]
