@@ -73,6 +73,7 @@ pub async fn serve(
     let clock = Clock::new();
     let policy_sha256 = crate::policy_reload::fingerprint(&config.policy_dir);
     let policies = policy.policy_count();
+    let decision_cache = policy.decision_cache_summary();
     let app = App::build(config, kek, policy, admin, clock).await?;
     let jobs = crate::jobs::start(&app);
 
@@ -109,6 +110,7 @@ pub async fn serve(
         store = ?c.store,
         policy_dir = %c.policy_dir.display(),
         policies,
+        %decision_cache,
         policy_sha256 = %policy_sha256.get(..12).unwrap_or(&policy_sha256),
         backends = %backends.join(","),
         tls = tls.is_some(),

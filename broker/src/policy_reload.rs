@@ -84,6 +84,7 @@ pub async fn reload(
     match result {
         Ok(engine) => {
             let policies = engine.policy_count();
+            let decision_cache = engine.decision_cache_summary();
             // Which live capabilities the new set would no longer issue: known
             // before the swap, so the audit row can say how many it revokes.
             let now = app.clock.now();
@@ -141,7 +142,7 @@ pub async fn reload(
                 app.revocation_wakeup.notify_one();
             }
             app.metrics.background("policy_reload", "reloaded");
-            tracing::info!(trigger, policies, %sha256, revoked, "policy reloaded");
+            tracing::info!(trigger, policies, %sha256, revoked, %decision_cache, "policy reloaded");
             Ok(Reloaded {
                 policies,
                 sha256,
