@@ -449,13 +449,23 @@ impl PolicyEngine {
             Err(e) => return deny_error(e),
         };
         let mut errors = Vec::new();
-        let holds = self.sets.holds(set, |attrs| {
+        let holds = self.sets.holds(set, |attrs, failing| {
             let entities = context::entities_with(self, req, action, attrs)?;
             let response = self
                 .authorizer
                 .is_authorized(&request, &self.sets.variants, &entities);
             if errors.is_empty() {
-                errors.extend(response.diagnostics().errors().map(|e| e.to_string()));
+                // Not the errors the evaluator causes on purpose (`failing`).
+                errors.extend(
+                    response
+                        .diagnostics()
+                        .errors()
+                        .filter(|e| {
+                            let cedar_policy::AuthorizationError::PolicyEvaluationError(e) = e;
+                            !failing.contains(&e.policy_id().to_string())
+                        })
+                        .map(|e| e.to_string()),
+                );
             }
             Ok(response
                 .diagnostics()
