@@ -40,6 +40,12 @@
 //! ([`glob::covers`]) or named explicitly ([`glob::names_explicitly`]); kinds
 //! whose wildcard must be named explicitly (database `*`) get only the latter,
 //! and there a permit grants a set only through a condition that names it.
+//! Naming is a permit's credit only: a naming atom ([`Tri::Named`]) is false for
+//! every member, so a policy is also evaluated with its naming atoms false (what
+//! Cedar sees for each member) and "may hold" takes them either way. A forbid or
+//! an `@approval` permit that holds for the members is never turned off by a
+//! negated name (`unless { resource.path == "reports/*" }`), and a permit that
+//! holds for them binds its constraints.
 
 use std::collections::{HashMap, HashSet};
 
@@ -70,12 +76,20 @@ pub(super) enum Atom {
     Opaque,
 }
 
-/// Three-valued truth of an atom over every member of a set.
+/// Three-valued truth of an atom over every member of a set, and a fourth value
+/// for an atom that names the set itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Tri {
     True,
     False,
     Unknown,
+    /// The atom *names* the set: a literal spelled exactly as the request, or a
+    /// pattern matching it with a literal `*` (or `?`) at each of its wildcards.
+    /// It holds for the request as written and is false for every member (a
+    /// member never contains a wildcard character, or it would be a set itself).
+    /// Only a permit is credited with it (a permit that names a set grants the
+    /// set); for everything else it is what it is for the members.
+    Named,
 }
 
 /// One policy as the set evaluator sees it.
@@ -95,6 +109,15 @@ pub(super) struct SetEvaluator {
 }
 
 /// Whether a policy may and must hold for a set.
+///
+/// `may`: some member could satisfy it, or the set as named could (its naming
+/// atoms taken either way): a forbid or an `@approval` permit that may hold
+/// refuses the set, and a permit that may hold binds its constraints.
+/// `must`: for a forbid, it holds for every member (its naming atoms false, as
+/// they are for each member) or for the set as named (it names the set); for a
+/// permit, it grants the set: it holds for every member or for the set as named,
+/// and where the wildcard must be named (database `*`), for the set as named
+/// only because of the naming (not for every member anyway).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Holds {
     pub may: bool,
@@ -672,9 +695,10 @@ impl SetRequest<'_> {
                 _ => Tri::False,
             },
             Atom::Like(p) => {
-                let covered = self.inclusion_grants && glob::covers(p, &self.elems);
-                if covered || glob::names_explicitly(p, &self.elems) {
+                if self.inclusion_grants && glob::covers(p, &self.elems) {
                     Tri::True
+                } else if glob::names_explicitly(p, &self.elems) {
+                    Tri::Named
                 } else if glob::meets(p, &self.elems) {
                     Tri::Unknown
                 } else {
@@ -686,7 +710,7 @@ impl SetRequest<'_> {
 
     fn literal(&self, lit: &str) -> Tri {
         if lit == self.path {
-            Tri::True
+            Tri::Named
         } else if glob::meets(&glob::literal_as_like(lit), &self.elems) {
             Tri::Unknown
         } else {
@@ -716,29 +740,29 @@ impl SetEvaluator {
                 values[*n] = set.value(atom);
             }
         }
-        // How many assignments each policy's unknown atoms have; `None` when
-        // more than MAX_ASSIGNMENTS.
+        // How many assignments each policy's unknown and naming atoms have;
+        // `None` when more than MAX_ASSIGNMENTS.
         let counts: Vec<Option<usize>> = self
             .policies
             .iter()
             .map(|p| {
                 p.atoms
                     .iter()
-                    .filter(|(n, _)| values[*n] == Tri::Unknown)
-                    .try_fold(1usize, |count, (_, atom)| {
+                    .filter(|(n, _)| matches!(values[*n], Tri::Unknown | Tri::Named))
+                    .try_fold(1usize, |count, (n, atom)| {
                         count
-                            .checked_mul(radix(p, atom))
+                            .checked_mul(radix(p, atom, values[*n]))
                             .filter(|c| *c <= MAX_ASSIGNMENTS)
                     })
             })
             .collect();
-        // A policy with too many unknown atoms may hold and need not.
-        let mut holds: Vec<Holds> = counts
+        // A policy with too many unknown atoms may hold and need not. Per policy:
+        // may hold (any assignment), must hold for every member (every
+        // assignment with its naming atoms false), must hold for the set as
+        // named (every assignment with its naming atoms true).
+        let mut views: Vec<(bool, bool, bool)> = counts
             .iter()
-            .map(|c| Holds {
-                may: c.is_none(),
-                must: c.is_some(),
-            })
+            .map(|c| (c.is_none(), c.is_some(), c.is_some()))
             .collect();
         let rounds = counts.iter().flatten().copied().max().unwrap_or(1);
         // Round t gives each policy with c assignments assignment t mod c (digit k,
@@ -747,16 +771,24 @@ impl SetEvaluator {
         for t in 0..rounds {
             let mut attrs = HashMap::with_capacity(self.atom_count);
             let mut failing = HashSet::new();
+            // Per policy: whether this round's naming atoms are all false (the
+            // members' view) and all true (the set as named).
+            let mut named_as = Vec::with_capacity(self.policies.len());
             for (policy, count) in self.policies.iter().zip(&counts) {
                 let mut index = count.map_or(0, |c| t % c);
+                let (mut all_false, mut all_true) = (true, true);
                 for (n, atom) in &policy.atoms {
                     let v = match values[*n] {
                         Tri::True => Some(true),
                         Tri::False => Some(false),
-                        Tri::Unknown => {
-                            let r = radix(policy, atom);
+                        tri @ (Tri::Unknown | Tri::Named) => {
+                            let r = radix(policy, atom, tri);
                             let digit = index % r;
                             index /= r;
+                            if tri == Tri::Named {
+                                all_false &= digit == 0;
+                                all_true &= digit == 1;
+                            }
                             match digit {
                                 0 => Some(false),
                                 1 => Some(true),
@@ -774,39 +806,60 @@ impl SetEvaluator {
                         }
                     }
                 }
+                named_as.push((all_false, all_true));
             }
             let sat = satisfied(attrs, &failing)?;
-            for ((policy, count), h) in self.policies.iter().zip(&counts).zip(holds.iter_mut()) {
+            for (((policy, count), view), (all_false, all_true)) in self
+                .policies
+                .iter()
+                .zip(&counts)
+                .zip(views.iter_mut())
+                .zip(named_as)
+            {
                 if count.is_some_and(|c| t < c) {
                     let yes = sat.contains(&policy.id);
-                    h.may |= yes;
-                    h.must &= yes;
+                    view.0 |= yes;
+                    if all_false {
+                        view.1 &= yes;
+                    }
+                    if all_true {
+                        view.2 &= yes;
+                    }
                 }
             }
         }
-        // Where the wildcard must be named explicitly (database `*`), a permit
-        // grants the set only through a condition that names it: one that does
-        // not read the path at all ("every table of pg-main") would otherwise
-        // grant every table at once.
-        if !set.inclusion_grants {
-            for (policy, h) in self.policies.iter().zip(holds.iter_mut()) {
-                if !policy.forbid {
-                    h.must &= policy.atoms.iter().any(|(n, _)| values[*n] == Tri::True);
-                }
-            }
-        }
+        let holds = self
+            .policies
+            .iter()
+            .zip(views)
+            .map(|(policy, (may, members, named))| Holds {
+                may,
+                must: if policy.forbid || set.inclusion_grants {
+                    members || named
+                } else {
+                    // Where the wildcard must be named explicitly (database
+                    // `*`), a permit grants the set only because a condition
+                    // names it: not one that holds for every member anyway
+                    // ("every table of pg-main", whatever a negated name next
+                    // to it says), which would grant every table at once.
+                    named && !members
+                },
+            })
+            .collect();
         Ok(holds)
     }
 }
 
-/// The values an unknown atom of `policy` takes: false and true; for an opaque
-/// atom of a permit, also "fails". An opaque reading may fail for some member
-/// (`Tessera::Resource::"svc:a".path` is an error for every resource but that
-/// one), and Cedar then skips the permit for that member: a permit must not be
-/// credited with the whole set through `opaque || covering`. (A failure never
-/// makes a policy hold, so for a forbid it changes nothing that matters.)
-fn radix(policy: &SetPolicy, atom: &Atom) -> usize {
-    if !policy.forbid && *atom == Atom::Opaque {
+/// The values an unknown or naming atom of `policy` takes: false and true; for
+/// an unknown opaque atom of a permit, also "fails". An opaque reading may fail
+/// for some member (`Tessera::Resource::"svc:a".path` is an error for every
+/// resource but that one), and Cedar then skips the permit for that member: a
+/// permit must not be credited with the whole set through `opaque || covering`.
+/// (A failure never makes a policy hold, so for a forbid it changes nothing that
+/// matters.) A naming atom is never opaque: false for the members, true for the
+/// set as named.
+fn radix(policy: &SetPolicy, atom: &Atom, value: Tri) -> usize {
+    if value == Tri::Unknown && !policy.forbid && *atom == Atom::Opaque {
         3
     } else {
         2

@@ -29,30 +29,67 @@ fn universe() -> Vec<String> {
     all
 }
 
+/// Literals and patterns that name the request `req` (a wildcard path) rather
+/// than a member: spelled exactly as it, with its `*` escaped (`\*`), with some of
+/// its literal segments replaced by `*`, or anything ending in a literal `*`.
+fn naming(req: &str) -> impl Strategy<Value = String> {
+    let escaped = req.replace('*', "\\*");
+    let segments: Vec<String> = escaped.split('/').map(str::to_owned).collect();
+    let loose = prop::collection::vec(any::<bool>(), segments.len()).prop_map(move |star| {
+        segments
+            .iter()
+            .zip(star)
+            .map(|(s, star)| {
+                if star && !s.contains('*') {
+                    "*"
+                } else {
+                    s.as_str()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    });
+    prop_oneof![
+        Just(escaped),
+        loose,
+        Just("*\\*".to_string()),
+        Just("*\\**".to_string()),
+    ]
+}
+
 /// A path condition, as Cedar text: read directly, or (`wrapped`) also through
-/// record, set and entity literals, the way a policy may spell it.
-fn atom(wrapped: bool) -> impl Strategy<Value = String> {
+/// record, set and entity literals, the way a policy may spell it. Some of them
+/// name the request `req` (literals and patterns with a literal `*`).
+fn atom(wrapped: bool, req: String) -> impl Strategy<Value = String> {
     let word = prop::sample::select(WORDS.to_vec());
     let lit = prop::collection::vec(word.clone(), 1..=3).prop_map(|w| w.join("/"));
     let pat = "[ab/*]{1,5}";
+    let r = req.clone();
+    let named = prop_oneof![
+        Just(format!("resource.path == \"{r}\"")),
+        Just(format!("resource.path != \"{r}\"")),
+        Just(format!("resource == Tessera::Resource::\"svc:{r}\"")),
+        naming(&req).prop_map(|p| format!("resource.path like \"{p}\"")),
+    ];
     let path = if wrapped {
         path_expr().boxed()
     } else {
         Just("resource.path".to_string()).boxed()
     };
     let direct = prop_oneof![
-        (path.clone(), lit.clone()).prop_map(|(p, l)| format!("{p} == \"{l}\"")),
-        (path.clone(), pat).prop_map(|(p, l)| format!("{p} like \"{l}\"")),
-        lit.clone()
+        1 => (path.clone(), lit.clone()).prop_map(|(p, l)| format!("{p} == \"{l}\"")),
+        1 => (path.clone(), pat).prop_map(|(p, l)| format!("{p} like \"{l}\"")),
+        1 => lit.clone()
             .prop_map(|l| format!("resource == Tessera::Resource::\"svc:{l}\"")),
-        (path, lit.clone()).prop_map(|(p, l)| format!("{p} != \"{l}\"")),
+        1 => (path, lit.clone()).prop_map(|(p, l)| format!("{p} != \"{l}\"")),
+        3 => named,
     ];
     if !wrapped {
         return direct.boxed();
     }
     let word = prop::sample::select(WORDS.to_vec());
     prop_oneof![
-        4 => direct,
+        6 => direct,
         1 => lit.clone().prop_map(|l| format!("[resource.path].contains(\"{l}\")")),
         1 => (lit.clone(), word).prop_map(|(l, w)| {
             format!("[{{k: resource.path}}].containsAny([{{k: \"{l}\"}}, {{k: \"{w}\"}}])")
@@ -98,12 +135,13 @@ fn path_expr() -> impl Strategy<Value = String> {
     })
 }
 
-fn condition(wrapped: bool) -> impl Strategy<Value = String> {
+fn condition(wrapped: bool, req: String) -> impl Strategy<Value = String> {
+    let a = || atom(wrapped, req.clone());
     prop_oneof![
-        3 => atom(wrapped),
-        1 => atom(wrapped).prop_map(|a| format!("!({a})")),
-        1 => (atom(wrapped), atom(wrapped)).prop_map(|(a, b)| format!("({a}) && ({b})")),
-        1 => (atom(wrapped), atom(wrapped)).prop_map(|(a, b)| format!("({a}) || ({b})")),
+        3 => a(),
+        1 => a().prop_map(|a| format!("!({a})")),
+        1 => (a(), a()).prop_map(|(a, b)| format!("({a}) && ({b})")),
+        1 => (a(), a()).prop_map(|(a, b)| format!("({a}) || ({b})")),
     ]
 }
 
@@ -114,13 +152,19 @@ enum Effect {
     Forbid,
 }
 
-fn policy_set(wrapped: bool) -> impl Strategy<Value = Vec<(Effect, String)>> {
+/// Random policies, some of whose conditions name the wildcard request `req`.
+fn policy_set(wrapped: bool, req: String) -> impl Strategy<Value = Vec<(Effect, String)>> {
     let effect = prop_oneof![
         3 => Just(Effect::Permit),
         1 => Just(Effect::Approval),
         2 => Just(Effect::Forbid),
     ];
-    prop::collection::vec((effect, condition(wrapped)), 1..6)
+    prop::collection::vec((effect, condition(wrapped, req)), 1..6)
+}
+
+/// A wildcard request and policies some of whose conditions name it.
+fn policies_and_request(wrapped: bool) -> impl Strategy<Value = (Vec<(Effect, String)>, String)> {
+    request().prop_flat_map(move |req| (policy_set(wrapped, req.clone()), Just(req)))
 }
 
 fn text(policies: &[(Effect, String)]) -> String {
@@ -141,6 +185,15 @@ fn text(policies: &[(Effect, String)]) -> String {
         );
     }
     out
+}
+
+/// Whether a condition drawn by [`atom`] may name the request `req` (a literal
+/// spelled as it, or a pattern with a literal `*`).
+fn names_request(cond: &str, req: &str) -> bool {
+    cond.contains("\\*")
+        || cond.contains(&format!("== \"{req}\""))
+        || cond.contains(&format!("!= \"{req}\""))
+        || cond.contains(&format!("\"svc:{req}\""))
 }
 
 /// A wildcard request: one to three segments, at least one with `*`.
@@ -187,17 +240,25 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
     #[test]
-    fn a_wildcard_is_issued_only_if_every_member_would_be(policies in policy_set(true), req in request()) {
+    fn a_wildcard_is_issued_only_if_every_member_would_be((policies, req) in policies_and_request(true)) {
         let files = vec![("p.cedar".to_string(), text(&policies))];
         let engine = PolicyEngine::from_sources(&shipped_schema(), &files, ENTITIES)
             .unwrap_or_else(|e| panic!("{e}\n{}", files[0].1));
         let (labels, attrs) = (Vec::new(), BTreeMap::new());
         let decision = engine.decide(&ask(&req, &labels, &attrs));
         if issued(&decision) {
+            // A plain permit that names the set grants the set, not its members
+            // (docs/policy.md): a member may then fall outside every permit, but
+            // it is never forbidden nor approval-gated.
+            let named = policies.iter().any(|(effect, cond)| {
+                matches!(effect, Effect::Permit) && names_request(cond, &req)
+            });
             for member in universe().iter().filter(|m| glob_matches(&req, m)) {
                 let one = engine.decide(&ask(member, &labels, &attrs));
+                let no_permit =
+                    matches!(one, PolicyDecision::Deny { rule: DenyRule::NoPermit, .. });
                 prop_assert!(
-                    issued(&one),
+                    issued(&one) || (named && no_permit),
                     "{req} was issued ({decision:?}) but its member {member} is not ({one:?})\n{}",
                     files[0].1
                 );
@@ -221,7 +282,7 @@ proptest! {
     /// rule that refuses everything). Only readings the rewriter analyses are
     /// drawn: an opaque one is never decided, not even for one path.
     #[test]
-    fn variants_agree_with_cedar_on_concrete_paths(policies in policy_set(false), path in member()) {
+    fn variants_agree_with_cedar_on_concrete_paths((policies, _) in policies_and_request(false), path in member()) {
         let files = vec![("p.cedar".to_string(), text(&policies))];
         let engine = PolicyEngine::from_sources(&shipped_schema(), &files, ENTITIES)
             .unwrap_or_else(|e| panic!("{e}\n{}", files[0].1));
@@ -398,5 +459,227 @@ fn a_uid_of_another_type_is_not_the_resource() {
         assert!(!issued(&member), "{text}: reports/b: {member:?}");
         let set = decide_one(text, "reports/*");
         assert!(!issued(&set), "{text}: reports/*: {set:?}");
+    }
+}
+
+/// Conditions that *name* a set (spelled exactly as the request, or matching it
+/// with a literal `\*` at its wildcards) are false for every member: a member
+/// never contains a wildcard character. Under `!`, `!=` or `unless` they hold for
+/// every member, and a forbid or `@approval` permit written so applies to each of
+/// them. Each is a policy clause (after the head) about `reports/*`.
+const NAMED_NEGATED: [&str; 12] = [
+    r#"when { resource.path like "reports/*" } unless { resource.path == "reports/*" }"#,
+    r#"when { resource.path like "reports/*" } unless { resource == Tessera::Resource::"svc:reports/*" }"#,
+    r#"when { !(resource.path like "reports/\*") }"#,
+    r#"when { resource.path != "reports/*" }"#,
+    r#"unless { resource.path like "*\*" }"#,
+    r#"when { !(resource.path == "reports/*") }"#,
+    r#"when { !(resource == Tessera::Resource::"svc:reports/*") }"#,
+    r#"when { resource != Tessera::Resource::"svc:reports/*" }"#,
+    r#"when { if resource.path == "reports/*" then false else true }"#,
+    r#"when { (resource.path == "reports/*") == false }"#,
+    r#"when { resource.path like "reports/*" } unless { resource.path like "reports/\*" }"#,
+    r#"unless { resource.path like "*\**" || resource.path == "reports/*" }"#,
+];
+
+/// The same for `backend` of `kind`: which clauses let `set` through although
+/// `member` is decided as `expect_member` on its own.
+fn named_failures(
+    gate: &str,
+    permit: &str,
+    clauses: &[&str],
+    (backend, kind, member, set): (&str, &str, &str, &str),
+    expect_member: fn(&PolicyDecision) -> bool,
+) -> Vec<String> {
+    let mut failed = Vec::new();
+    for clause in clauses {
+        let text = format!("{permit}\n{gate} (principal, action, resource) {clause};");
+        let engine = match load(&text) {
+            Ok(engine) => engine,
+            Err(e) => {
+                failed.push(format!("{clause}  =>  does not load: {e}"));
+                continue;
+            }
+        };
+        let (labels, attrs) = (Vec::new(), BTreeMap::new());
+        let ask_kind = |path| PolicyRequest {
+            backend,
+            backend_kind: kind,
+            ..ask(path, &labels, &attrs)
+        };
+        let one = engine.decide(&ask_kind(member));
+        assert!(expect_member(&one), "{clause}: {member}: {one:?}");
+        let whole = engine.decide(&ask_kind(set));
+        if issued(&whole) {
+            failed.push(format!("{clause}  =>  {whole:?}"));
+        }
+    }
+    failed
+}
+
+fn forbidden(d: &PolicyDecision) -> bool {
+    matches!(
+        d,
+        PolicyDecision::Deny {
+            rule: DenyRule::Forbidden,
+            ..
+        }
+    )
+}
+
+fn needs_approval(d: &PolicyDecision) -> bool {
+    matches!(d, PolicyDecision::Allow { constraints, .. } if constraints.approval.is_some())
+}
+
+const TOKEN: (&str, &str, &str, &str) = ("svc", "token", "reports/a", "reports/*");
+
+/// A forbid whose naming condition is negated applies to every member: the
+/// wildcard is refused.
+#[test]
+fn a_negated_name_does_not_turn_a_forbid_off() {
+    let failed = named_failures("forbid", REPORTS, &NAMED_NEGATED, TOKEN, forbidden);
+    assert!(
+        failed.is_empty(),
+        "wildcards walked around a forbid:\n{}",
+        failed.join("\n")
+    );
+}
+
+/// The same for an `@approval` permit: every member needs approval.
+#[test]
+fn a_negated_name_does_not_turn_an_approval_off() {
+    let failed = named_failures(
+        "@approval(\"required\")\npermit",
+        REPORTS,
+        &NAMED_NEGATED,
+        TOKEN,
+        needs_approval,
+    );
+    assert!(
+        failed.is_empty(),
+        "wildcards walked around an approval:\n{}",
+        failed.join("\n")
+    );
+}
+
+const DB: (&str, &str, &str, &str) = (
+    "pg-main",
+    "postgres",
+    "analytics.public.orders",
+    "analytics.public.*",
+);
+
+/// A database `*` is granted by a permit that names it.
+const DB_NAMED: &str =
+    r#"permit (principal, action, resource) when { resource.path == "analytics.public.*" };"#;
+
+const DB_NAMED_NEGATED: [&str; 6] = [
+    r#"when { resource.path like "analytics.public.*" } unless { resource.path == "analytics.public.*" }"#,
+    r#"when { resource.path like "analytics.public.*" } unless { resource.path like "analytics.public.\*" }"#,
+    r#"when { resource.path != "analytics.public.*" }"#,
+    r#"when { !(resource.path like "analytics.*.\*") }"#,
+    r#"when { resource != Tessera::Resource::"pg-main:analytics.public.*" }"#,
+    r#"when { resource.backend == "pg-main" } unless { resource.path like "*\*" }"#,
+];
+
+#[test]
+fn a_negated_name_does_not_turn_a_database_forbid_or_approval_off() {
+    let mut failed = named_failures("forbid", DB_NAMED, &DB_NAMED_NEGATED, DB, forbidden);
+    failed.extend(named_failures(
+        "@approval(\"required\")\npermit",
+        DB_NAMED,
+        &DB_NAMED_NEGATED,
+        DB,
+        needs_approval,
+    ));
+    assert!(
+        failed.is_empty(),
+        "database wildcards walked around a forbid or an approval:\n{}",
+        failed.join("\n")
+    );
+}
+
+/// A permit whose naming condition is negated holds for every member, so its
+/// tighter `@ttl`, `@uses` and `@rate` bind the set (or the set is refused).
+#[test]
+fn a_negated_name_does_not_unbind_a_permits_constraints() {
+    let cases = [
+        (TOKEN, REPORTS, NAMED_NEGATED.as_slice()),
+        (DB, DB_NAMED, DB_NAMED_NEGATED.as_slice()),
+    ];
+    let mut failed = Vec::new();
+    for ((backend, kind, member, set), loose, clauses) in cases {
+        for clause in clauses {
+            let text = format!(
+                "@ttl(\"1h\") @uses(\"50\") @rate(\"100/min\")\n{loose}\n\
+                 @id(\"tight\") @ttl(\"5m\") @uses(\"2\") @rate(\"1/s\")\n\
+                 permit (principal, action, resource) {clause};"
+            );
+            let engine = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let (labels, attrs) = (Vec::new(), BTreeMap::new());
+            let ask_kind = |path| PolicyRequest {
+                backend,
+                backend_kind: kind,
+                ..ask(path, &labels, &attrs)
+            };
+            let tight = |d: &PolicyDecision| match d {
+                PolicyDecision::Allow { constraints: c, .. } => {
+                    c.ttl == Some((std::time::Duration::from_secs(300), "tight".into()))
+                        && c.uses == Some((2, "tight".into()))
+                        && c.rate
+                            .as_ref()
+                            .is_some_and(|(r, id)| r.to_string() == "1/s" && id == "tight")
+                }
+                _ => false,
+            };
+            let one = engine.decide(&ask_kind(member));
+            assert!(tight(&one), "{clause}: {member}: {one:?}");
+            let whole = engine.decide(&ask_kind(set));
+            if issued(&whole) && !tight(&whole) {
+                failed.push(format!("{set}: {clause}  =>  {whole:?}"));
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "wildcards walked around a tighter permit:\n{}",
+        failed.join("\n")
+    );
+}
+
+/// Where the wildcard must be named (database `*`), a permit grants it only
+/// because of a condition that names it, not because of one that holds for
+/// every member anyway while a naming condition sits there negated.
+#[test]
+fn a_database_wildcard_is_granted_only_by_naming_it() {
+    let (labels, attrs) = (Vec::new(), BTreeMap::new());
+    let (backend, kind, _, set) = DB;
+    let decide = |cond: &str| {
+        let text = format!("permit (principal, action, resource) when {{ {cond} }};");
+        let engine = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        engine.decide(&PolicyRequest {
+            backend,
+            backend_kind: kind,
+            ..ask(set, &labels, &attrs)
+        })
+    };
+    for cond in [
+        r#"!(resource.path like "analytics.public.\*") || resource.backend == "pg-main""#,
+        r#"resource.path != "analytics.public.*" || resource.backend == "pg-main""#,
+        r#"resource.backend == "pg-main" || resource.path == "analytics.public.*""#,
+        r#"resource.backend == "pg-main""#,
+        r#"resource.path like "analytics.public.*""#,
+    ] {
+        let d = decide(cond);
+        assert!(!issued(&d), "{cond}: {d:?}");
+    }
+    for cond in [
+        r#"resource.path == "analytics.public.*""#,
+        r#"resource.path like "analytics.*.\*" && resource.backend == "pg-main""#,
+        r#"resource.path == "analytics.public.*" || resource.path == "analytics.public.orders""#,
+        r#"resource == Tessera::Resource::"pg-main:analytics.public.*""#,
+    ] {
+        let d = decide(cond);
+        assert!(issued(&d), "{cond}: {d:?}");
     }
 }
