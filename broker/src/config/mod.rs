@@ -494,7 +494,7 @@ fn resolve_store(
         ("store".to_owned(), None)
     };
     match url {
-        None if dev => Ok(StoreUrl::Sqlite(data_dir.join("tessera.db"))),
+        None if dev => sqlite_path("data_dir", data_dir.join("tessera.db")),
         None => Err(err(
             "store",
             "no store configured: set TESSERA_STORE_URL, store.url_env or store.url_file (or run with --dev)",
@@ -505,7 +505,7 @@ fn resolve_store(
                 if path.is_empty() {
                     return Err(err(&setting, "sqlite URL needs a file path"));
                 }
-                Ok(StoreUrl::Sqlite(PathBuf::from(path)))
+                sqlite_path(&setting, PathBuf::from(path))
             } else if u.starts_with("postgres://") || u.starts_with("postgresql://") {
                 Ok(StoreUrl::Postgres(secrecy::SecretString::from(u)))
             } else {
@@ -513,6 +513,21 @@ fn resolve_store(
             }
         }
     }
+}
+
+/// A SQLite store's file. The pool (sqlx, from a URL) and the writer
+/// (rusqlite, from a file name) must open the same file, so a path that a URL
+/// would read otherwise (`%` escapes, `?` and `#` delimiters, a `file:` URI)
+/// is refused rather than opened as two databases.
+fn sqlite_path(setting: &str, path: PathBuf) -> Result<StoreUrl, ConfigError> {
+    let text = path.to_string_lossy();
+    if text.contains(['%', '?', '#']) || text.starts_with("file:") {
+        return Err(err(
+            setting,
+            "the SQLite file's path must not contain '%', '?' or '#' nor start with 'file:'",
+        ));
+    }
+    Ok(StoreUrl::Sqlite(path))
 }
 
 fn duration_setting(
@@ -796,6 +811,42 @@ mod tests {
         let env = |k: &str| (k == "TESSERA_STORE_URL").then(|| "postgres://u@h/db".to_owned());
         let e = Config::from_toml("", &Overrides::default(), &env).unwrap_err();
         assert_eq!(e.setting, "keys.kek_file");
+    }
+
+    /// The pool reads the store as a URL and the writer as a file name: a path
+    /// they would read differently is refused, naming the setting.
+    #[test]
+    fn a_sqlite_path_that_a_url_reads_otherwise_is_refused() {
+        let o = Overrides {
+            dev: true,
+            ..Default::default()
+        };
+        for url in [
+            "sqlite:///tmp/a%20b.db",
+            "sqlite:///tmp/a#b.db",
+            "sqlite://file:/tmp/x.db",
+        ] {
+            let env = |k: &str| (k == "TESSERA_STORE_URL").then(|| url.to_owned());
+            let e = Config::from_toml("", &o, &env).unwrap_err();
+            assert_eq!(e.setting, "TESSERA_STORE_URL", "{url}");
+            assert!(
+                e.message.contains("must not contain"),
+                "{url}: {}",
+                e.message
+            );
+        }
+        let env =
+            |k: &str| (k == "TESSERA_STORE_URL").then(|| "sqlite:///tmp/t.db?mode=rwc".into());
+        let c =
+            Config::from_toml("", &o, &env).expect("a query string is the URL's, not the path's");
+        assert!(matches!(&c.store, StoreUrl::Sqlite(p) if p == Path::new("/tmp/t.db")));
+        let o = Overrides {
+            dev: true,
+            data_dir: Some(PathBuf::from("/tmp/50%")),
+            ..Default::default()
+        };
+        let e = Config::from_toml("", &o, &no_env).unwrap_err();
+        assert_eq!(e.setting, "data_dir");
     }
 
     #[test]

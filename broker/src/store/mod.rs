@@ -130,7 +130,12 @@ fn open_native(
     init: &'static [&'static str],
 ) -> Result<writer::Connection, StoreError> {
     let unavailable = |e: sqlx::Error| StoreError::Unavailable(e.to_string());
-    let conn = rusqlite::Connection::open(path).map_err(|e| unavailable(query::native(e)))?;
+    // No URI interpretation: the path is a file name, as the pool reads it.
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+        | rusqlite::OpenFlags::SQLITE_OPEN_CREATE
+        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = rusqlite::Connection::open_with_flags(path, flags)
+        .map_err(|e| unavailable(query::native(e)))?;
     conn.set_prepared_statement_cache_capacity(query::NATIVE_STATEMENT_CACHE);
     for stmt in init {
         query::native_exec(&conn, stmt).map_err(unavailable)?;

@@ -32,7 +32,7 @@ pub enum Conn<'c> {
 }
 
 /// One bound value, typed even when null (PostgreSQL infers parameter types).
-#[derive(Debug)]
+/// No `Debug`: bound values include sealed keys and tokens.
 pub enum Arg<'q> {
     Int(Option<i64>),
     Text(Option<Cow<'q, str>>),
@@ -131,7 +131,41 @@ pub enum Row {
 /// A row read natively: its values and the statement's column names.
 pub struct NativeRow {
     names: Arc<[String]>,
-    values: Vec<Value>,
+    values: Vec<Owned>,
+}
+
+/// A column's value as read, text kept as bytes: a stored value that is not
+/// UTF-8 becomes a decode error when its column is read (as with sqlx), not
+/// a panic on the writer's thread when the row is copied (rusqlite's
+/// `Value::from(ValueRef)` panics on such text).
+enum Owned {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(Vec<u8>),
+    Blob(Vec<u8>),
+}
+
+impl Owned {
+    fn copy(v: ValueRef<'_>) -> Owned {
+        match v {
+            ValueRef::Null => Owned::Null,
+            ValueRef::Integer(i) => Owned::Integer(i),
+            ValueRef::Real(r) => Owned::Real(r),
+            ValueRef::Text(t) => Owned::Text(t.to_vec()),
+            ValueRef::Blob(b) => Owned::Blob(b.to_vec()),
+        }
+    }
+
+    fn get(&self) -> ValueRef<'_> {
+        match self {
+            Owned::Null => ValueRef::Null,
+            Owned::Integer(i) => ValueRef::Integer(*i),
+            Owned::Real(r) => ValueRef::Real(*r),
+            Owned::Text(t) => ValueRef::Text(t),
+            Owned::Blob(b) => ValueRef::Blob(b),
+        }
+    }
 }
 
 impl Row {
@@ -145,7 +179,7 @@ impl Row {
                     .iter()
                     .position(|n| n == name)
                     .ok_or_else(|| sqlx::Error::ColumnNotFound(name.to_owned()))?;
-                let value = ValueRef::from(&row.values[i]);
+                let value = row.values[i].get();
                 T::column_result(value).map_err(|e| sqlx::Error::ColumnDecode {
                     index: name.to_owned(),
                     source: Box::new(e),
@@ -205,8 +239,17 @@ impl<'q> Stmt<'q> {
             }
             Conn::Native(c) => {
                 let mut st = self.prepare(c)?;
-                let rows = st.raw_execute().map_err(native)?;
-                Ok(Done { rows: rows as u64 })
+                if st.column_count() == 0 {
+                    let rows = st.raw_execute().map_err(native)?;
+                    return Ok(Done { rows: rows as u64 });
+                }
+                // A statement that returns rows (RETURNING) runs to its end, as
+                // sqlx's `execute` does, its rows unread.
+                let mut rows = st.raw_query();
+                while rows.next().map_err(native)?.is_some() {}
+                drop(rows);
+                drop(st);
+                Ok(Done { rows: c.changes() })
             }
         }
     }
@@ -229,7 +272,7 @@ impl<'q> Stmt<'q> {
                 while let Some(row) = rows.next().map_err(native)? {
                     let mut values = Vec::with_capacity(width);
                     for i in 0..width {
-                        values.push(Value::from(row.get_ref(i).map_err(native)?));
+                        values.push(Owned::copy(row.get_ref(i).map_err(native)?));
                     }
                     out.push(Row::Native(NativeRow {
                         names: names.clone(),
@@ -370,5 +413,44 @@ impl DatabaseError for NativeError {
             ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
             _ => ErrorKind::Other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored text value that is not UTF-8 (anyone with the file can write
+    /// one) is a decode error for its column, as on sqlx, never a panic on
+    /// the writer's thread, and the row's other columns still read.
+    #[tokio::test]
+    async fn text_that_is_not_utf8_is_a_decode_error_not_a_panic() {
+        let mut c = rusqlite::Connection::open_in_memory().unwrap();
+        native_exec(&c, "CREATE TABLE t (a TEXT, b INTEGER)").unwrap();
+        native_exec(&c, "INSERT INTO t VALUES (CAST(x'ff00fe' AS TEXT), 7)").unwrap();
+        let row = stmt("SELECT a, b FROM t")
+            .fetch_one(&mut Conn::Native(&mut c))
+            .await
+            .expect("the row is read");
+        let err = row.try_get::<String>("a").unwrap_err();
+        assert!(matches!(err, sqlx::Error::ColumnDecode { .. }), "{err:?}");
+        assert_eq!(row.try_get::<i64>("b").unwrap(), 7);
+    }
+
+    /// `execute` on a statement that returns rows runs it to its end and
+    /// counts its changes, as sqlx does, instead of refusing it.
+    #[tokio::test]
+    async fn execute_runs_a_statement_that_returns_rows() {
+        let mut c = rusqlite::Connection::open_in_memory().unwrap();
+        native_exec(&c, "CREATE TABLE t (a INTEGER)").unwrap();
+        let done = stmt("INSERT INTO t VALUES (1), (2) RETURNING a")
+            .execute(&mut Conn::Native(&mut c))
+            .await
+            .expect("runs");
+        assert_eq!(done.rows, 2);
+        let n: i64 = c
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 2);
     }
 }

@@ -455,12 +455,7 @@ async fn run(
     let mut conn: Option<Connection> = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
+        drain(&mut rx, &mut batch);
         let c = match conn.take() {
             Some(c) => c,
             None => match connect().await {
@@ -473,6 +468,16 @@ async fn run(
             },
         };
         conn = commit_batch(c, batch, dialect, &env, &stats).await;
+    }
+}
+
+/// Moves whatever is queued into `batch`, up to [`MAX_BATCH`].
+fn drain(rx: &mut mpsc::Receiver<Box<dyn Queued>>, batch: &mut Vec<Box<dyn Queued>>) {
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
+        }
     }
 }
 
@@ -595,27 +600,61 @@ async fn attempt(
     dialect: Dialect,
     env: &WriterEnv,
 ) -> Result<(), AttemptError> {
+    // The native connection never yields while SQLite works, so the timeout
+    // below cannot cut it off: a watchdog interrupts it instead.
+    let watchdog = match conn {
+        Connection::Native(c) => Some(Watchdog::arm(c.get_interrupt_handle(), BATCH_TIMEOUT)),
+        Connection::Sqlx(_) => None,
+    };
     let result = tokio::time::timeout(BATCH_TIMEOUT, apply_all(conn, batch, dialect, env)).await;
-    match result {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => {
-            for job in batch.iter_mut() {
-                job.discard();
-            }
-            let e = classify(e);
-            if matches!(e, AttemptError::Db(_))
-                && stmt("ROLLBACK").execute(&mut conn.borrow()).await.is_err()
-            {
-                return Err(AttemptError::Lost(sqlx::Error::PoolClosed));
-            }
-            Err(e)
-        }
-        Err(_) => {
-            for job in batch.iter_mut() {
-                job.discard();
-            }
-            Err(AttemptError::TimedOut)
-        }
+    let interrupted = watchdog.is_some_and(Watchdog::disarm);
+    let refused = match result {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(e)) if !interrupted => Some(e),
+        // Timed out, or failed because the watchdog fired: the connection is
+        // replaced (its transaction may or may not still be open).
+        _ => None,
+    };
+    for job in batch.iter_mut() {
+        job.discard();
+    }
+    let Some(e) = refused else {
+        return Err(AttemptError::TimedOut);
+    };
+    let e = classify(e);
+    if matches!(e, AttemptError::Db(_))
+        && stmt("ROLLBACK").execute(&mut conn.borrow()).await.is_err()
+    {
+        return Err(AttemptError::Lost(sqlx::Error::PoolClosed));
+    }
+    Err(e)
+}
+
+/// Interrupts a native batch that runs past [`BATCH_TIMEOUT`] (a busy wait,
+/// a runaway statement). Late firing is harmless: SQLite ignores an
+/// interrupt while no statement runs, and a batch that committed is reported
+/// as committed whatever the watchdog did.
+struct Watchdog {
+    fired: Arc<std::sync::atomic::AtomicBool>,
+    timer: tokio::task::JoinHandle<()>,
+}
+
+impl Watchdog {
+    fn arm(handle: rusqlite::InterruptHandle, after: Duration) -> Watchdog {
+        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = fired.clone();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            flag.store(true, Ordering::Release);
+            handle.interrupt();
+        });
+        Watchdog { fired, timer }
+    }
+
+    /// Stops the timer; whether it had fired.
+    fn disarm(self) -> bool {
+        self.timer.abort();
+        self.fired.load(Ordering::Acquire)
     }
 }
 
@@ -979,5 +1018,53 @@ mod tests {
         // The writer goes on.
         store.writer().submit(Probe).await.expect("probe commits");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An endless statement on the native connection: only an interrupt ends it.
+    fn run_forever(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
+        conn.query_row(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) \
+             SELECT count(*) FROM c",
+            [],
+            |row| row.get(0),
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn the_watchdog_interrupts_a_native_batch_that_runs_too_long() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let watchdog = Watchdog::arm(conn.get_interrupt_handle(), Duration::from_millis(200));
+        let (conn, result) = tokio::task::spawn_blocking(move || {
+            let r = run_forever(&conn);
+            (conn, r)
+        })
+        .await
+        .unwrap();
+        let code = match result {
+            Err(rusqlite::Error::SqliteFailure(f, _)) => f.extended_code,
+            other => panic!("the statement was not interrupted: {other:?}"),
+        };
+        assert_eq!(code, rusqlite::ffi::SQLITE_INTERRUPT);
+        assert!(watchdog.disarm(), "the watchdog says it fired");
+        // The connection works again once nothing runs.
+        let one: i64 = conn.query_row("SELECT 1", [], |r| r.get(0)).unwrap();
+        assert_eq!(one, 1);
+    }
+
+    #[tokio::test]
+    async fn a_disarmed_watchdog_never_fires() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let watchdog = Watchdog::arm(conn.get_interrupt_handle(), Duration::from_millis(50));
+        assert!(!watchdog.disarm());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let n: i64 = conn
+            .query_row(
+                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000) \
+                 SELECT count(*) FROM c",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 200_000);
     }
 }
