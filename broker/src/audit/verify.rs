@@ -65,6 +65,9 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
                 hash,
                 key_id,
             } = row;
+            // A lean row's `prev_hash` is derived from the previous row (the
+            // same row whose link `prev` holds, when none is missing); a row
+            // written before migration 0008 keeps its own, checked below.
             let recomputed = match &key_id {
                 Some(id) if *id == key.id => Some(chain_mac(key, &prev_hash, seq, at_ms, &event)),
                 Some(_) => None,

@@ -19,18 +19,44 @@ use super::{decode, placeholder, sql_for, Dialect, Store, StoreError};
 use crate::audit::AuditEvent;
 use serde::Serialize;
 
-/// The columns of an audit row (a macro, so static queries stay `&'static str`).
+/// The columns an audit row is written with (a macro, so static queries stay
+/// `&'static str`). `prev_hash` is not among them: a new row stores NULL there
+/// and readers derive it ([`audit_select!`]).
 macro_rules! audit_columns {
     () => {
         "seq, at_ms, event, actor, decision, reason, run_id, capability_id, user_name, action, \
-         resource, request_id, detail, task_id, prev_hash, hash, key_id"
+         resource, request_id, detail, task_id, hash, key_id"
     };
 }
 
-/// Every column of an audit row, in the order [`insert`] binds them.
+/// An audit row as read, from `audit a`: the columns of [`COLUMNS`] plus
+/// `prev_hash`, with the two values a lean row leaves out derived exactly as
+/// they were hashed (migration 0008):
+/// - `actor` NULL is the row's run, `run:<run_id>`;
+/// - `prev_hash` NULL is the previous row's `hash`, the genesis value for the
+///   first row; `''` if that row is missing, which verification reports as a
+///   deletion before it looks at links.
+///
+/// Rows written before 0008 keep their stored values, read as they are.
+macro_rules! audit_select {
+    () => {
+        "a.seq, a.at_ms, a.event, COALESCE(a.actor, 'run:' || a.run_id, '') AS actor, \
+         a.decision, a.reason, a.run_id, a.capability_id, a.user_name, a.action, a.resource, \
+         a.request_id, a.detail, a.task_id, \
+         COALESCE(a.prev_hash, \
+                  CASE WHEN a.seq = 1 THEN \
+                  '0000000000000000000000000000000000000000000000000000000000000000' END, \
+                  (SELECT p.hash FROM audit p WHERE p.seq = a.seq - 1), '') AS prev_hash, \
+         a.hash, a.key_id"
+    };
+}
+
+/// Every column an audit row is written with, in the order [`insert`] binds them.
 pub const COLUMNS: &str = audit_columns!();
 /// How many [`COLUMNS`] there are.
-const COLUMN_COUNT: usize = 17;
+const COLUMN_COUNT: usize = 16;
+/// What a read of audit rows selects, from `audit a` ([`audit_select!`]).
+pub const SELECT: &str = audit_select!();
 
 /// An audit row's event as stored: the fields of [`AuditEvent`], in its order,
 /// so it serialises (and hashes) exactly as it did when written.
@@ -66,12 +92,21 @@ pub struct StoredRow {
     pub key_id: Option<String>,
 }
 
-/// A row the writer chained in this batch, for [`insert`].
+/// A row the writer chained in this batch, for [`insert`]. Its link's input,
+/// the previous row's hash, is not stored ([`audit_select!`] derives it).
 pub(crate) struct ChainedRow {
     pub seq: i64,
     pub event: AuditEvent,
-    pub prev_hash: String,
     pub hash: String,
+}
+
+/// The actor as stored: NULL when it is the row's run (read back by
+/// [`audit_select!`] as `run:<run_id>`).
+fn stored_actor(e: &AuditEvent) -> Option<&str> {
+    match (&e.run_id, e.actor.strip_prefix("run:")) {
+        (Some(run), Some(actor_run)) if run == actor_run => None,
+        _ => Some(&e.actor),
+    }
 }
 
 /// Writes a batch's chained rows, all at `at_ms` and linked with `key_id`,
@@ -96,7 +131,7 @@ pub(crate) async fn insert(
                 .bind(r.seq)
                 .bind(at_ms)
                 .bind(e.event)
-                .bind(&e.actor)
+                .bind(stored_actor(e))
                 .bind(e.decision)
                 .bind(&e.reason)
                 .bind(&e.run_id)
@@ -107,7 +142,6 @@ pub(crate) async fn insert(
                 .bind(&e.request_id)
                 .bind(&e.detail)
                 .bind(&e.task_id)
-                .bind(&r.prev_hash)
                 .bind(&r.hash)
                 .bind(key_id);
         }
@@ -186,8 +220,8 @@ pub async fn chain_page(
 ) -> Result<Vec<Result<StoredRow, UnreadableRow>>, StoreError> {
     let q = store.sql(concat!(
         "SELECT ",
-        audit_columns!(),
-        " FROM audit WHERE seq >= $1 AND seq <= $2 ORDER BY seq LIMIT $3"
+        audit_select!(),
+        " FROM audit a WHERE a.seq >= $1 AND a.seq <= $2 ORDER BY a.seq LIMIT $3"
     ));
     let rows = sqlx::query(&q)
         .bind(from)
@@ -297,7 +331,7 @@ pub async fn list(store: &Store, filter: &AuditFilter) -> Result<Vec<StoredRow>,
             Bind::Int(seq),
         );
     }
-    let mut q = format!("SELECT {COLUMNS} FROM audit");
+    let mut q = format!("SELECT {SELECT} FROM audit a");
     if !clauses.is_empty() {
         q.push_str(" WHERE ");
         q.push_str(&clauses.join(" AND "));
@@ -327,6 +361,29 @@ mod tests {
     #[test]
     fn the_column_count_is_the_column_list() {
         assert_eq!(COLUMNS.split(',').count(), COLUMN_COUNT);
+    }
+
+    #[test]
+    fn the_derived_first_link_is_the_genesis_value() {
+        assert!(SELECT.contains(&format!("'{GENESIS_HASH}'")));
+    }
+
+    #[test]
+    fn only_the_rows_own_run_is_left_out_as_actor() {
+        let mut ev = AuditEvent::new(events::CAPABILITY_ISSUED, "run:r1", "allow");
+        assert_eq!(
+            stored_actor(&ev),
+            Some("run:r1"),
+            "no run to derive it from"
+        );
+        ev.run_id = Some("r1".into());
+        assert_eq!(stored_actor(&ev), None);
+        ev.run_id = Some("r2".into());
+        assert_eq!(stored_actor(&ev), Some("run:r1"), "another run");
+        ev.run_id = Some("r".into());
+        assert_eq!(stored_actor(&ev), Some("run:r1"), "a prefix of it");
+        ev.actor = "admin".into();
+        assert_eq!(stored_actor(&ev), Some("admin"));
     }
 
     fn stored(e: &AuditEvent) -> StoredEvent {

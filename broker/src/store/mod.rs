@@ -334,4 +334,107 @@ mod tests {
         drop(native);
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    /// Migration 0008 rebuilds SQLite's audit table (lean rows): every row
+    /// written before it survives with its values, reads back as it was
+    /// hashed, and a lean row written after it reads its derived `actor` and
+    /// `prev_hash` exactly as the chain needs them.
+    #[tokio::test]
+    async fn the_lean_audit_migration_keeps_every_row_as_it_was_hashed() {
+        use crate::audit::{chain_hash, events, AuditEvent, GENESIS_HASH};
+        use sqlx::Row;
+        sqlx::any::install_default_drivers();
+        let dir = std::env::temp_dir().join(format!("tessera-mig8-{}", crate::ids::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (url, _, init) = connect_spec(&StoreUrl::Sqlite(dir.join("t.db")));
+        let mut conn = open_connection(&url, init).await.unwrap();
+        let before_0008 = sqlx::migrate::Migrator {
+            migrations: SQLITE_MIGRATOR
+                .migrations
+                .iter()
+                .filter(|m| m.version < 8)
+                .cloned()
+                .collect(),
+            ..sqlx::migrate::Migrator::DEFAULT
+        };
+        before_0008.run(&mut conn).await.unwrap();
+
+        // Three rows as a broker before 0008 wrote them: actor and prev_hash stored.
+        let mut events_written = Vec::new();
+        let mut prev = GENESIS_HASH.to_owned();
+        for (seq, actor, run) in [
+            (1, "run:r1", Some("r1")),
+            (2, "admin", None),
+            (3, "run:r2", Some("r2")),
+        ] {
+            let mut ev = AuditEvent::new(events::CAPABILITY_ISSUED, actor, "allow");
+            ev.run_id = run.map(str::to_owned);
+            let hash = chain_hash(&prev, seq, 1000 + seq, &ev);
+            sqlx::query(
+                "INSERT INTO audit (seq, at_ms, event, actor, decision, run_id, prev_hash, hash) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(seq)
+            .bind(1000 + seq)
+            .bind(ev.event)
+            .bind(&ev.actor)
+            .bind(ev.decision)
+            .bind(&ev.run_id)
+            .bind(&prev)
+            .bind(&hash)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            events_written.push((ev, hash.clone()));
+            prev = hash;
+        }
+        SQLITE_MIGRATOR.run(&mut conn).await.unwrap();
+
+        // A lean row after it, as the writer stores one now.
+        let mut ev = AuditEvent::new(events::CAPABILITY_ISSUED, "run:r3", "allow");
+        ev.run_id = Some("r3".into());
+        let hash = chain_hash(&prev, 4, 1004, &ev);
+        sqlx::query(
+            "INSERT INTO audit (seq, at_ms, event, decision, run_id, hash) VALUES (4, 1004, ?, ?, ?, ?)",
+        )
+        .bind(ev.event)
+        .bind(ev.decision)
+        .bind(&ev.run_id)
+        .bind(&hash)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        events_written.push((ev, hash));
+
+        let q = format!("SELECT {} FROM audit a ORDER BY a.seq", audit::SELECT);
+        let rows = sqlx::query(&q).fetch_all(&mut conn).await.unwrap();
+        assert_eq!(rows.len(), 4);
+        let mut prev = GENESIS_HASH.to_owned();
+        for (row, (ev, hash)) in rows.iter().zip(&events_written) {
+            let read: audit::StoredRow = decode(row).unwrap();
+            assert_eq!(read.prev_hash, prev, "row {}", read.seq);
+            assert_eq!(read.event.actor, ev.actor, "row {}", read.seq);
+            assert_eq!(&read.hash, hash);
+            assert_eq!(
+                chain_hash(&read.prev_hash, read.seq, read.at_ms, &read.event),
+                read.hash,
+                "row {} reads as it was hashed",
+                read.seq
+            );
+            prev = read.hash;
+        }
+        // The sequence number is the rowid: no second index on it.
+        let indexes: Vec<String> = sqlx::query(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'audit'",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<String, _>("name"))
+        .collect();
+        assert!(indexes.is_empty(), "{indexes:?}");
+        drop(conn);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

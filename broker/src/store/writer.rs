@@ -80,12 +80,11 @@ impl WriteCtx<'_> {
         };
         let seq = self.head.seq + 1;
         let hash = chain_mac(key, &self.head.hash, seq, self.now_ms, event);
-        let prev_hash = std::mem::replace(&mut self.head.hash, hash.clone());
+        self.head.hash.clone_from(&hash);
         self.head.seq = seq;
         self.audit_rows.push(ChainedRow {
             seq,
             event: event.clone(),
-            prev_hash,
             hash,
         });
         Ok(())

@@ -99,7 +99,7 @@ async fn an_edited_row_is_caught(app: TestApp) {
     busy(&app).await;
     exec(
         &app,
-        "UPDATE audit SET actor = actor || '-forged' WHERE seq = 6",
+        "UPDATE audit SET actor = COALESCE(actor, 'run:' || run_id) || '-forged' WHERE seq = 6",
     )
     .await;
     let r = report(&app).await;
@@ -129,7 +129,7 @@ async fn an_unreadable_row_is_reported_not_an_outage() {
     );
     exec(
         &app,
-        "UPDATE audit SET actor = actor || '-forged' WHERE seq = 6",
+        "UPDATE audit SET actor = COALESCE(actor, 'run:' || run_id) || '-forged' WHERE seq = 6",
     )
     .await;
     let r = report(&app).await;
@@ -186,7 +186,11 @@ async fn rewrite_from(app: &TestApp, from_seq: i64, keep_key_id: bool) {
 async fn relink_unkeyed(app: &TestApp, from_seq: i64, keep_key_id: bool) {
     use sqlx::Row;
     use tessera_broker::audit::chain_hash;
-    let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
+    let q = format!(
+        "SELECT {} FROM audit a ORDER BY a.seq",
+        tessera_broker::store::audit::SELECT
+    );
+    let rows = sqlx::query(&q)
         .fetch_all(app.state.store.pool())
         .await
         .unwrap();
