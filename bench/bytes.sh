@@ -22,7 +22,7 @@ if [ -z "${BIN:-}" ]; then
 fi
 
 dir=$(mktemp -d)
-trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$dir"' EXIT
+trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
 TESSERA_LOG=warn TESSERA_ADMIN_TOKEN_FILE="$dir/admin.token" TESSERA_STORE_URL="sqlite://$dir/bytes.db" \
   "$BIN" serve --dev --config bench/tessera.toml --data-dir "$dir" --policy-dir bench/policy \
   --listen "127.0.0.1:$PORT" 2> "$dir/server.log" &
