@@ -1,5 +1,5 @@
--- Leaner audit rows (issue 20): about a sixth of what an issuance wrote was
--- redundant in its audit row.
+-- Leaner audit rows (issue 20): about an eighth of what an issuance wrote
+-- was redundant in its audit row.
 --
 -- * `prev_hash` NULL: the previous row's `hash`, which the chain already holds.
 --   New rows store NULL; readers derive it from row seq - 1 (the genesis value

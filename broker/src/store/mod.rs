@@ -335,14 +335,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// Migration 0008 rebuilds SQLite's audit table (lean rows): every row
-    /// written before it survives with its values, reads back as it was
-    /// hashed, and a lean row written after it reads its derived `actor` and
-    /// `prev_hash` exactly as the chain needs them.
-    #[tokio::test]
-    async fn the_lean_audit_migration_keeps_every_row_as_it_was_hashed() {
-        use crate::audit::{chain_hash, events, AuditEvent, GENESIS_HASH};
-        use sqlx::Row;
+    /// A new SQLite store migrated up to, not including, 0008 (lean audit rows).
+    async fn sqlite_before_0008() -> (std::path::PathBuf, sqlx::AnyConnection) {
         sqlx::any::install_default_drivers();
         let dir = std::env::temp_dir().join(format!("tessera-mig8-{}", crate::ids::new_id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -358,6 +352,49 @@ mod tests {
             ..sqlx::migrate::Migrator::DEFAULT
         };
         before_0008.run(&mut conn).await.unwrap();
+        (dir, conn)
+    }
+
+    /// The old audit key took any value; a row whose `seq` is not an integer
+    /// (an edited file) stops 0008 with the guard's name, and the table is
+    /// left as it was (the migration's transaction rolls back).
+    #[tokio::test]
+    async fn a_seq_that_is_not_an_integer_stops_the_lean_migration_by_name() {
+        use sqlx::Row;
+        for bad in ["NULL", "2.5", "'two'"] {
+            let (dir, mut conn) = sqlite_before_0008().await;
+            sqlx::query(&format!(
+                "INSERT INTO audit (seq, at_ms, event, actor, decision, prev_hash, hash) \
+                 VALUES ({bad}, 1, 'run.created', 'admin', 'allow', '', 'h')"
+            ))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            let err = SQLITE_MIGRATOR.run(&mut conn).await.unwrap_err();
+            assert!(
+                format!("{err:#}").contains("audit_seq_is_an_integer"),
+                "{bad}: {err:#}"
+            );
+            let rows: i64 = sqlx::query("SELECT COUNT(*) AS n FROM audit")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap()
+                .get("n");
+            assert_eq!(rows, 1, "{bad}: the table is unchanged");
+            drop(conn);
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// Migration 0008 rebuilds SQLite's audit table (lean rows): every row
+    /// written before it survives with its values, reads back as it was
+    /// hashed, and a lean row written after it reads its derived `actor` and
+    /// `prev_hash` exactly as the chain needs them.
+    #[tokio::test]
+    async fn the_lean_audit_migration_keeps_every_row_as_it_was_hashed() {
+        use crate::audit::{chain_hash, events, AuditEvent, GENESIS_HASH};
+        use sqlx::Row;
+        let (dir, mut conn) = sqlite_before_0008().await;
 
         // Three rows as a broker before 0008 wrote them: actor and prev_hash stored.
         let mut events_written = Vec::new();
