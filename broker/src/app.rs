@@ -53,6 +53,8 @@ pub struct App {
     pub instance: Instance,
     /// Set once when the broker begins to stop; background tasks watch it.
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// What readiness reports besides the store (stopping, a rejected policy).
+    pub health: crate::health::Health,
     /// When this process started (Unix seconds).
     pub started_at: i64,
     /// The highest audit row this process has checkpointed.
@@ -72,9 +74,14 @@ impl App {
         admin_token_hash: Option<String>,
         clock: Clock,
     ) -> anyhow::Result<AppState> {
-        let store = Store::open(&config.store, config.max_connections, clock.clone())
-            .await
-            .context("opening the store")?;
+        let store = Store::open(
+            &config.store,
+            config.max_connections,
+            clock.clone(),
+            config.operations.store_timeout,
+        )
+        .await
+        .context("opening the store")?;
         // The audit key first: no row is written before the chain is keyed.
         let audit_key = crate::audit::key::load_or_create(&store, &kek, clock.now())
             .await
@@ -143,6 +150,7 @@ impl App {
             webhook_wakeup: tokio::sync::Notify::new(),
             instance,
             stopping: tokio::sync::watch::Sender::new(false),
+            health: crate::health::Health::default(),
         }))
     }
 

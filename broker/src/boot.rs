@@ -121,9 +121,44 @@ pub async fn serve(
     if c.dev {
         dev_exports(addr, tls.is_some(), c.admin_token_file.as_deref());
     }
-    crate::server::serve(listener, router, app.config.http.clone(), tls, shutdown).await?;
-    jobs.stop().await;
+    // The deadline runs from the signal: requests in flight get most of it,
+    // the jobs what is left (see `stop_budget`).
+    let timeout = app.config.operations.shutdown_timeout;
+    let (drain, _) = stop_budget(timeout);
+    let signalled = std::sync::Arc::new(std::sync::OnceLock::new());
+    let shutdown = {
+        let (app, signalled) = (app.clone(), signalled.clone());
+        async move {
+            shutdown.await;
+            let _ = signalled.set(std::time::Instant::now());
+            app.health.begin_stopping();
+        }
+    };
+    crate::server::serve(
+        listener,
+        router,
+        app.config.http.clone(),
+        tls,
+        shutdown,
+        drain,
+    )
+    .await?;
+    let since = signalled
+        .get()
+        .copied()
+        .unwrap_or_else(std::time::Instant::now);
+    jobs.stop(since + stop_budget(timeout).1).await;
+    tracing::info!(took = ?since.elapsed(), deadline = ?timeout, "stopped");
     Ok(())
+}
+
+/// How a shutdown deadline is spent: the connections' drain, then the jobs
+/// (a revocation pass finishing, claims handed back, the last checkpoint),
+/// each measured from the signal; a margin is left for the process to exit.
+fn stop_budget(timeout: std::time::Duration) -> (std::time::Duration, std::time::Duration) {
+    let margin = std::time::Duration::from_millis(300).min(timeout / 4);
+    let drain = timeout * 3 / 5;
+    (drain, timeout - margin)
 }
 
 /// What a `--dev` user pastes into another shell to use the CLI against this

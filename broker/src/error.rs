@@ -124,7 +124,8 @@ impl From<crate::store::StoreError> for ApiError {
         use crate::store::StoreError;
         match e {
             StoreError::Unavailable(cause) => {
-                tracing::error!(error = %cause, "store unavailable");
+                tracing::debug!(error = %cause, "store unavailable");
+                crate::store::health::request_failed(&cause);
                 ApiError::unavailable()
             }
             StoreError::Conflict(what) => ApiError::new(

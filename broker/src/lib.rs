@@ -25,6 +25,7 @@ pub mod error;
 pub mod failpoint;
 pub mod gateway;
 pub mod grammar;
+pub mod health;
 pub mod http_client;
 pub mod ids;
 pub mod instance;

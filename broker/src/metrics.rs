@@ -111,6 +111,7 @@ pub struct Metrics {
     latency: Histogram,
     egress: Family<Labels, Counter>,
     egress_bytes: Family<Labels, Counter>,
+    retention: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -132,6 +133,12 @@ impl Metrics {
         let latency = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         let egress = Family::<Labels, Counter>::default();
         let egress_bytes = Family::<Labels, Counter>::default();
+        let retention = Family::<Labels, Counter>::default();
+        registry.register(
+            "retention_pruned",
+            "Rows deleted by retention, by kind (runs, capabilities, leases, revocations, approvals, audit)",
+            retention.clone(),
+        );
         registry.register(
             "egress_decisions",
             "Egress gateway decisions by decision and reason",
@@ -194,6 +201,17 @@ impl Metrics {
             latency,
             egress,
             egress_bytes,
+            retention,
+        }
+    }
+
+    /// Rows retention deleted: `kind` = runs | capabilities | leases |
+    /// revocations | approvals | audit.
+    pub fn retention_pruned(&self, kind: &'static str, rows: u64) {
+        if rows > 0 {
+            self.retention
+                .get_or_create(&vec![("kind", kind.to_owned())])
+                .inc_by(rows);
         }
     }
 
@@ -254,8 +272,9 @@ impl Metrics {
         self.revocations_stuck.set(stuck);
     }
 
-    /// The text exposition, with the writer's counters appended.
-    pub fn render(&self, writer: &crate::store::writer::WriterStats) -> String {
+    /// The text exposition, with the writer's counters appended and whether
+    /// its last batch committed (`tessera_store_writable`, for alerts).
+    pub fn render(&self, writer: &crate::store::writer::WriterStats, writable: bool) -> String {
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -271,10 +290,13 @@ impl Metrics {
              # HELP tessera_store_ops Writes applied by the writer (ops per commit = group commit).\n\
              # TYPE tessera_store_ops counter\ntessera_store_ops_total {}\n\
              # HELP tessera_store_failed_batches Writer batches that failed.\n\
-             # TYPE tessera_store_failed_batches counter\ntessera_store_failed_batches_total {}\n# EOF\n",
+             # TYPE tessera_store_failed_batches counter\ntessera_store_failed_batches_total {}\n\
+             # HELP tessera_store_writable 1 unless the writer's last batch failed on the store (full disk, read-only, unreachable).\n\
+             # TYPE tessera_store_writable gauge\ntessera_store_writable {}\n# EOF\n",
             writer.commits.load(Ordering::Relaxed),
             writer.ops.load(Ordering::Relaxed),
             writer.failed_batches.load(Ordering::Relaxed),
+            u8::from(writable),
         );
         out
     }
@@ -353,7 +375,8 @@ mod tests {
         for o in EXCHANGES {
             m.exchange(o);
         }
-        let text = m.render(&crate::store::writer::WriterStats::default());
+        let text = m.render(&crate::store::writer::WriterStats::default(), true);
+        assert!(text.contains("tessera_store_writable 1\n"));
         let got = request_lines(&text);
         assert_eq!(got, request_lines(&reference()));
         // Spot checks, and a series never counted is not listed.

@@ -112,6 +112,7 @@ pub async fn reload(
                 return Err(ReloadError::Store(e));
             }
             app.replace_policy(engine);
+            app.health.policy_loaded();
             // A capability missed here (a crash, a store error) is still refused at
             // its next exchange, which re-decides it under the policy in force.
             // Submitted together, so the writer commits them in a few batches.
@@ -165,6 +166,13 @@ pub async fn reload(
             truncate(&mut detail, MAX_AUDIT_DETAIL);
             audit.detail = Some(detail);
             tracing::warn!(trigger, errors = %errors, "policy reload rejected; the previous policy stays in force");
+            app.health.policy_rejected(
+                errors
+                    .diagnostics
+                    .first()
+                    .map(|d| d.to_string())
+                    .unwrap_or_else(|| "no policy could be loaded".into()),
+            );
             app.metrics.background("policy_reload", "rejected");
             if let Err(e) = app.store.writer().submit(AppendAudit(audit)).await {
                 return Err(ReloadError::Store(e));

@@ -251,6 +251,39 @@ impl AdminClient {
         .await
     }
 
+    /// `POST /v1/admin/audit/exports`: records an export through a checkpoint.
+    pub async fn record_audit_export(
+        &self,
+        req: &AuditExportRequest,
+    ) -> Result<AuditExportRecorded, Error> {
+        self.call(
+            reqwest::Method::POST,
+            "/v1/admin/audit/exports",
+            NO_QUERY,
+            Some(req),
+        )
+        .await
+    }
+
+    /// `POST /v1/admin/audit/segments/check` (at most 1000 rows per call).
+    pub async fn check_audit_segment(
+        &self,
+        req: &SegmentCheckRequest,
+    ) -> Result<SegmentCheckResponse, Error> {
+        self.call(
+            reqwest::Method::POST,
+            "/v1/admin/audit/segments/check",
+            NO_QUERY,
+            Some(req),
+        )
+        .await
+    }
+
+    /// `GET /v1/admin/audit/checkpoints/latest`.
+    pub async fn latest_audit_checkpoint(&self) -> Result<LatestCheckpoint, Error> {
+        self.get("/v1/admin/audit/checkpoints/latest").await
+    }
+
     /// `POST /v1/admin/policy/reload`.
     pub async fn reload_policy(&self) -> Result<PolicyReloadResponse, Error> {
         self.post("/v1/admin/policy/reload").await

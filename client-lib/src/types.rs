@@ -614,8 +614,23 @@ pub struct PendingRevocationList {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HealthResponse {
-    /// `ok` (the process is up) or `ready` (and its store answers).
+    /// `ok` (the process is up), `ready` (and nothing below holds), or
+    /// `not_ready` (with a 503 and the reasons).
     pub status: String,
+    /// Why the broker is not ready, each reason named; empty when ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<ReadinessReason>,
+}
+
+/// One reason `/readyz` fails.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReadinessReason {
+    /// Stable: `store_cannot_commit`, `policy_load_failed`,
+    /// `revocation_outbox_stuck` or `shutting_down`.
+    pub code: String,
+    /// What is wrong, in words (the store's own error, the policy file's line).
+    pub message: String,
 }
 
 /// `POST /v1/admin/keys/rotate` response.
@@ -1085,6 +1100,22 @@ pub struct AuditVerifyReport {
     pub head_hash: String,
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub first_problem: Option<AuditProblem>,
+    /// When retention pruned the rows before the first kept one (authorised
+    /// by an `audit.pruned` row in the chain): the last pruned row and its
+    /// link, which the exported segment must end at
+    /// (`tessera audit verify --segments`). Absent when the chain starts at row 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pruned_through: Option<PrunedPrefix>,
+}
+
+/// The rows retention removed from the start of the audit chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PrunedPrefix {
+    /// The last pruned row: rows 1..=seq are held in exports, not in the store.
+    pub seq: i64,
+    /// Its link (the first kept row's `prev_hash`).
+    pub hash: String,
 }
 
 /// The first inconsistency an audit verification found.
@@ -1119,6 +1150,61 @@ pub struct CheckpointsRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckpointsResponse {
     pub results: Vec<CheckpointCheck>,
+}
+
+/// `POST /v1/admin/audit/exports`: an export of rows `first_seq..=last_seq`
+/// ending at the signed checkpoint of `last_seq`, now held outside the store
+/// (written by `tessera audit export --through-checkpoint --output FILE`).
+/// Retention prunes audit rows only up to such a row.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AuditExportRequest {
+    /// The first row in the file (at or below the first row the store keeps).
+    pub first_seq: i64,
+    /// The last row in the file: the row the checkpoint signs.
+    pub last_seq: i64,
+    /// Its link.
+    pub last_hash: String,
+    /// The signed checkpoint of `last_seq` (compact JWS).
+    pub checkpoint: String,
+    /// SHA-256 of the file, hex: recorded, so the file can be matched later.
+    pub sha256: String,
+}
+
+/// `POST /v1/admin/audit/exports` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditExportRecorded {
+    /// The export's id, named by the `audit.exported` row and, once rows up
+    /// to it are pruned, by the `audit.pruned` row.
+    pub id: String,
+}
+
+/// `POST /v1/admin/audit/segments/check`: rows of an exported segment, in
+/// order, and the link before the first of them (64 zeros before row 1).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SegmentCheckRequest {
+    pub prev_hash: String,
+    /// At most 1000 rows, as `tessera audit export` wrote them.
+    #[cfg_attr(feature = "openapi", schema(max_items = 1000))]
+    pub rows: Vec<AuditRecord>,
+}
+
+/// `POST /v1/admin/audit/segments/check` response: whether every row's link
+/// recomputes (with the audit key) and follows the one before.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SegmentCheckResponse {
+    pub ok: bool,
+    /// Rows checked before the first problem (all of them when `ok`).
+    pub checked: i64,
+    /// The link of the last row checked: pass it as `prev_hash` with the next rows.
+    pub last_hash: String,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub first_problem: Option<AuditProblem>,
 }
 
 /// `GET /v1/admin/audit/checkpoints/latest`: the newest checkpoint the store

@@ -3,7 +3,7 @@
 //! Every filter is validated against the grammar of the field it matches, so a
 //! malformed filter is a clear 400 rather than a silently empty page.
 
-use super::extract::{AdminCaller, ApiJson, ApiQuery};
+use super::extract::{AdminCaller, ApiJson, ApiQuery, RequestId};
 use crate::api::openapi::refusals;
 use crate::app::AppState;
 use crate::audit::query::{self, AuditFilter, MAX_PAGE};
@@ -15,8 +15,9 @@ use axum::extract::State;
 use axum::Json;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::{
-    AuditPage, AuditQuery, AuditVerifyReport, CheckpointsRequest, CheckpointsResponse,
-    LatestCheckpoint,
+    AuditExportRecorded, AuditExportRequest, AuditPage, AuditQuery, AuditVerifyReport,
+    CheckpointsRequest, CheckpointsResponse, LatestCheckpoint, SegmentCheckRequest,
+    SegmentCheckResponse,
 };
 
 const DEFAULT_PAGE: i64 = 100;
@@ -224,6 +225,148 @@ pub async fn check_checkpoints(
             })?;
     let results = crate::audit::checkpoint::check(&app, &keys, &req.checkpoints).await?;
     Ok(Json(CheckpointsResponse { results }))
+}
+
+refusals!(RecordExportRefusals {
+    400 => [InvalidRequest, InvalidJson],
+    401 => [Unauthenticated],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    500 => [Internal],
+    503 => [StoreUnavailable],
+});
+
+/// Record an audit export through a checkpoint
+///
+/// Says that rows `first_seq..=last_seq` are now held outside the store, in a file ending at
+/// the signed checkpoint of `last_seq` (`tessera audit export --through-checkpoint --output
+/// FILE` sends it after the file is written and synced). The checkpoint must be signed by this
+/// broker and match the stored row, and the export must start at or before the first row the
+/// store keeps. Audited as `audit.exported`. With `retention.audit` set, rows up to `last_seq`
+/// older than the period may then be pruned (docs/operations.md).
+#[utoipa::path(
+    post,
+    path = "/v1/admin/audit/exports",
+    operation_id = "recordAuditExport",
+    tags = ["admin", "audit"],
+    security(("adminToken" = [])),
+    request_body = AuditExportRequest,
+    responses(
+        (status = 200, description = "Recorded", body = AuditExportRecorded),
+        RecordExportRefusals,
+    ),
+)]
+pub async fn record_export(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    RequestId(rid): RequestId,
+    ApiJson(req): ApiJson<AuditExportRequest>,
+) -> Result<Json<AuditExportRecorded>, ApiError> {
+    let invalid = |m: &str| ApiError::bad_request(ErrorCode::InvalidRequest, m.to_owned());
+    let hex64 = |h: &str| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit());
+    if req.first_seq < 1 || req.last_seq < req.first_seq {
+        return Err(invalid("first_seq must be at least 1 and at most last_seq"));
+    }
+    if !hex64(&req.sha256) || !hex64(&req.last_hash) {
+        return Err(invalid("sha256 and last_hash are 64 hex digits"));
+    }
+    let keys =
+        crate::keys::manage::every_key(&app.store, &app.kek, app.keys.snapshot().active.clone())
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot load signing keys");
+                ApiError::unavailable()
+            })?;
+    let checked =
+        crate::audit::checkpoint::check(&app, &keys, std::slice::from_ref(&req.checkpoint)).await?;
+    let matches = checked
+        .first()
+        .is_some_and(|c| c.status == "matches" && c.seq == req.last_seq);
+    if !matches {
+        return Err(invalid(
+            "the checkpoint is not this broker's signed checkpoint of row last_seq as stored",
+        ));
+    }
+    let row = crate::store::audit::row_link(&app.store, req.last_seq)
+        .await?
+        .ok_or_else(|| invalid("row last_seq is not in the store"))?;
+    if row.hash != req.last_hash {
+        return Err(invalid("last_hash is not the stored link of row last_seq"));
+    }
+    let first_kept = crate::store::audit::first_seq(&app.store)
+        .await?
+        .unwrap_or(1);
+    if req.first_seq > first_kept {
+        return Err(invalid(
+            "the export must start at or before the first row the store keeps, or rows would be lost",
+        ));
+    }
+    let id = crate::ids::new_id();
+    app.store
+        .writer()
+        .submit(crate::store::retention::RecordAuditExport {
+            id: id.clone(),
+            first_seq: req.first_seq,
+            last_seq: req.last_seq,
+            last_hash: req.last_hash,
+            checkpoint: req.checkpoint,
+            sha256: req.sha256.to_ascii_lowercase(),
+            request_id: Some(rid),
+        })
+        .await?;
+    Ok(Json(AuditExportRecorded { id }))
+}
+
+refusals!(CheckSegmentRefusals {
+    400 => [InvalidRequest, InvalidJson],
+    401 => [Unauthenticated],
+    413 => [BodyTooLarge],
+    415 => [UnsupportedMediaType],
+    503 => [StoreUnavailable],
+});
+
+/// Check rows of an exported audit segment
+///
+/// Recomputes each row's link with the audit key (rows pruned by retention are proved from
+/// their export this way) and checks that each follows the one before, starting from
+/// `prev_hash`. At most 1000 rows per request; `tessera audit verify --segments FILE` sends
+/// an export in pages and chains them to the store's first kept row.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/audit/segments/check",
+    operation_id = "checkAuditSegment",
+    tags = ["admin", "audit"],
+    security(("adminToken" = [])),
+    request_body = SegmentCheckRequest,
+    responses(
+        (status = 200, description = "The first problem, if any", body = SegmentCheckResponse),
+        CheckSegmentRefusals,
+    ),
+)]
+pub async fn check_segment(
+    State(app): State<AppState>,
+    _admin: AdminCaller,
+    ApiJson(req): ApiJson<SegmentCheckRequest>,
+) -> Result<Json<SegmentCheckResponse>, ApiError> {
+    if req.rows.len() > crate::audit::segments::MAX_ROWS {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidRequest,
+            format!(
+                "at most {} rows per request",
+                crate::audit::segments::MAX_ROWS
+            ),
+        ));
+    }
+    let key = app
+        .store
+        .writer()
+        .audit_key()
+        .ok_or_else(ApiError::unavailable)?;
+    Ok(Json(crate::audit::segments::check(
+        key,
+        &req.prev_hash,
+        &req.rows,
+    )))
 }
 
 refusals!(LatestCheckpointRefusals {

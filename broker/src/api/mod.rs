@@ -91,6 +91,8 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(audit::verify))
         .routes(routes!(audit::check_checkpoints))
         .routes(routes!(audit::latest_checkpoint))
+        .routes(routes!(audit::record_export))
+        .routes(routes!(audit::check_segment))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

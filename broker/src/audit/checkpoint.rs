@@ -414,6 +414,10 @@ pub async fn check(
     checkpoints: &[String],
 ) -> Result<Vec<CheckpointCheck>, StoreError> {
     let mut out = Vec::with_capacity(checkpoints.len());
+    // Rows below the first kept one were pruned by retention (after an
+    // export that ends at a checkpoint): not "missing" from the store, but
+    // proved by the exported segment (`tessera audit verify --segments`).
+    let first_kept = crate::store::audit::first_seq(&app.store).await?;
     for jws in checkpoints {
         // Checkpoints never expire: verify as of the key's creation, not now.
         let verified = jwt::verify::<CheckpointClaims>(jws, CHECKPOINT_TYP, keys, 0);
@@ -435,6 +439,7 @@ pub async fn check(
             }
         };
         let status = match crate::store::audit::row_link(&app.store, claims.seq).await? {
+            None if first_kept.is_some_and(|f| claims.seq < f) => "pruned",
             None => "missing",
             Some(r) if r.hash == claims.hash => "matches",
             Some(_) => "changed",

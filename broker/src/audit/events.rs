@@ -45,6 +45,14 @@ pub const EGRESS_CLOSED: &str = "egress.closed";
 pub const EGRESS_REQUEST: &str = "egress.request";
 /// An injected request's exchange done: status, bytes each way, duration.
 pub const EGRESS_RESPONSE: &str = "egress.response";
+/// Retention deleted ended runs and what belonged to them (counts in `detail`).
+pub const STORE_PRUNED: &str = "store.pruned";
+/// An administrator's export of audit rows through a signed checkpoint was
+/// recorded (`detail`: the rows, the checkpoint's row, the file's SHA-256).
+pub const AUDIT_EXPORTED: &str = "audit.exported";
+/// Audit rows up to `through` (an exported, checkpointed row) may be deleted;
+/// written before the first of them is, and required by `audit verify`.
+pub const AUDIT_PRUNED: &str = "audit.pruned";
 
 /// Every event, for documentation checks and filters.
 pub const ALL: &[&str] = &[
@@ -80,6 +88,9 @@ pub const ALL: &[&str] = &[
     EGRESS_CLOSED,
     EGRESS_REQUEST,
     EGRESS_RESPONSE,
+    STORE_PRUNED,
+    AUDIT_EXPORTED,
+    AUDIT_PRUNED,
 ];
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod checkpoint;
 pub mod events;
 pub mod key;
 pub mod query;
+pub mod segments;
 pub mod verify;
 
 pub use key::AuditKey;

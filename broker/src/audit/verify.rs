@@ -8,18 +8,26 @@
 //! alone: signed checkpoints held by witnesses ([`super::checkpoint`]) are what
 //! prove it.
 //!
+//! When retention pruned the rows before the first kept one, the walk starts
+//! there, from the link that row stores, and the chain must hold an
+//! `audit.pruned` row authorising the prune up to at least that point (else
+//! the missing rows are `deleted`); the exported segment proves the rest
+//! (`tessera audit verify --segments`).
+//!
 //! Reads in pages so a long log is verified in bounded memory. A clean walk ends
 //! at the head row (`audit_head`), which every writer batch updates in the same
 //! transaction as the rows; a head ahead of the last row means rows were removed
 //! from the end.
 
-use super::{chain_hash, chain_mac, AuditKey, GENESIS_HASH};
+use super::{chain_hash, chain_mac, events, AuditKey, GENESIS_HASH};
 use crate::store::audit::{self, StoredRow};
 use crate::store::{Store, StoreError};
 
 const PAGE: i64 = 1000;
 
-pub use tessera_client::types::{AuditProblem as Problem, AuditVerifyReport as Report};
+pub use tessera_client::types::{
+    AuditProblem as Problem, AuditVerifyReport as Report, PrunedPrefix,
+};
 
 /// Verifies the whole chain with `key`, the audit key the broker holds.
 pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError> {
@@ -30,8 +38,13 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
         seq: head_seq,
         hash: head_hash,
     } = audit::head(store).await?;
+    // Retention may have pruned a prefix: the walk starts at the first row
+    // kept, from the link it stores, and the prune must be authorised below.
+    let first = audit::first_seq(store).await?.unwrap_or(1).max(1);
     let mut prev = GENESIS_HASH.to_owned();
-    let mut expected = 1i64;
+    let mut expected = first;
+    let mut authorised_through = 0i64;
+    let mut pruned_through = None;
     let mut rows = 0i64;
     let mut unkeyed_rows = 0i64;
     let mut keyed_seen = false;
@@ -65,6 +78,13 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
                 hash,
                 key_id,
             } = row;
+            if seq == first && first > 1 {
+                prev = prev_hash.clone();
+                pruned_through = Some(PrunedPrefix {
+                    seq: first - 1,
+                    hash: prev_hash.clone(),
+                });
+            }
             // A lean row's `prev_hash` is derived from the previous row (the
             // same row whose link `prev` holds, when none is missing); a row
             // written before migration 0008 keeps its own, checked below.
@@ -116,9 +136,26 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
             } else {
                 unkeyed_rows += 1;
             }
+            if event.event == events::AUDIT_PRUNED {
+                if let Some(n) = pruned_bound(event.detail.as_deref()) {
+                    authorised_through = authorised_through.max(n);
+                }
+            }
             prev = hash;
             expected = seq + 1;
         }
+    }
+    if first_problem.is_none() && first > 1 && authorised_through < first - 1 {
+        // Rows gone from the start with no `audit.pruned` row (MAC-checked
+        // like every other) that allowed it: deleted, not pruned.
+        first_problem = Some(Problem {
+            seq: 1,
+            kind: "deleted".to_owned(),
+            detail: format!(
+                "rows 1..{} are missing and no audit.pruned row authorises their removal",
+                first - 1
+            ),
+        });
     }
     if first_problem.is_none() && (head_seq != expected - 1 || head_hash != prev) {
         first_problem = Some(Problem {
@@ -137,5 +174,15 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
         unkeyed_rows,
         head_hash: prev,
         first_problem,
+        pruned_through,
     })
+}
+
+/// `through=N` of an `audit.pruned` row's detail.
+fn pruned_bound(detail: Option<&str>) -> Option<i64> {
+    detail?
+        .split_whitespace()
+        .find_map(|part| part.strip_prefix("through="))?
+        .parse()
+        .ok()
 }

@@ -120,6 +120,14 @@ pub trait Backend: Send + Sync {
         Box::pin(async { Ok(vec![]) })
     }
 
+    /// Whether the downstream server answers now (a connection and a trivial
+    /// query), for backends that can tell cheaply: the revocation worker asks
+    /// while removals wait out a backoff, and retries them at once when the
+    /// answer turns to yes. `None`: this backend cannot tell; its backoff runs.
+    fn ping(&self) -> BoxFuture<'_, Option<Result<(), BackendError>>> {
+        Box::pin(async { None })
+    }
+
     /// Mints the credential for one exchange.
     fn issue<'a>(&'a self, grant: Grant<'a>) -> BoxFuture<'a, Result<Issued, BackendError>>;
 

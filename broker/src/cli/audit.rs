@@ -24,9 +24,10 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
     match command {
         AuditCommand::Verify {
             checkpoints,
+            segments,
             max_tail,
             remote,
-        } => verify(&remote, checkpoints.as_deref(), max_tail).await,
+        } => verify(&remote, checkpoints.as_deref(), &segments, max_tail).await,
         AuditCommand::Tail {
             run,
             user,
@@ -48,11 +49,22 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
             until,
             run,
             format,
+            through_checkpoint,
+            output,
             remote,
         } => {
             if format != "jsonl" {
                 bail!("--format: only jsonl is supported");
             }
+            if through_checkpoint {
+                let Some(output) = output else {
+                    bail!("--through-checkpoint needs --output FILE");
+                };
+                return super::audit_segments::export_through_checkpoint(&remote, &output).await;
+            }
+            let Some(since) = since else {
+                bail!("--since is required");
+            };
             let now_ms = crate::clock::Clock::new().now_ms();
             let filters = AuditQuery {
                 since: Some(rfc3339_ms(time_arg("--since", &since, now_ms)?)),
@@ -83,6 +95,7 @@ fn time_arg(flag: &str, text: &str, now_ms: i64) -> anyhow::Result<i64> {
 async fn verify(
     remote: &Remote,
     checkpoints: Option<&std::path::Path>,
+    segment_files: &[std::path::PathBuf],
     max_tail: Option<i64>,
 ) -> anyhow::Result<()> {
     let client = admin(remote)?;
@@ -96,6 +109,19 @@ async fn verify(
             None => problems.push("the broker says the chain does not verify".to_owned()),
         }
     }
+    // The rows retention pruned, proved from their export.
+    let segments = super::audit_segments::Segments::read(segment_files, &mut problems)?;
+    let pruned_note = match (&chain.pruned_through, segments.is_empty()) {
+        (None, _) => String::new(),
+        (Some(p), true) => format!(
+            "; rows 1..{} were pruned by retention and are not verified (pass their export with --segments)",
+            p.seq
+        ),
+        (Some(p), false) => {
+            let n = segments.verify_prefix(&client, p, &mut problems).await?;
+            format!("; rows 1..{} pruned by retention verified from {n} exported rows", p.seq)
+        }
+    };
     let mut checked = 0usize;
     let mut last_checkpoint: Option<i64> = None;
     if let Some(path) = checkpoints {
@@ -124,11 +150,13 @@ async fn verify(
                 checkpoints: chunk.to_vec(),
             };
             let v = client.check_checkpoints(&request).await.map_err(said)?;
-            for r in v.results {
+            for (r, jws) in v.results.into_iter().zip(chunk) {
                 checked += 1;
                 let seq = r.seq;
                 match r.status.as_str() {
                     "matches" => last_checkpoint = last_checkpoint.max(Some(seq)),
+                    // Below the first kept row: proved by the export, if given.
+                    "pruned" => segments.check_pruned_claim(jws, &mut problems),
                     "missing" => problems.push(format!(
                         "checkpointed row {seq} is missing (rows were removed)"
                     )),
@@ -182,17 +210,17 @@ async fn verify(
                 }
             }
             "chain_intact_no_checkpoints" => println!(
-                "audit chain links verify: {} rows, head at {head}{unkeyed_note}; \
+                "audit chain links verify: {} rows, head at {head}{unkeyed_note}{pruned_note}; \
                  without --checkpoints a truncation of the newest rows cannot be seen",
                 chain.rows
             ),
             "intact" => println!(
-                "audit log intact: {} rows, head at {head}, {checked} checkpoints match, the last at the head{unkeyed_note}",
+                "audit log intact: {} rows, head at {head}, {checked} checkpoints match, the last at the head{unkeyed_note}{pruned_note}",
                 chain.rows
             ),
             _ => println!(
                 "audit log verified through checkpoint at row {}: {checked} checkpoints match; \
-                 unverified tail of {} rows ({}..{head}) after the last checkpoint{unkeyed_note}",
+                 unverified tail of {} rows ({}..{head}) after the last checkpoint{unkeyed_note}{pruned_note}",
                 last_checkpoint.unwrap_or(0),
                 tail.unwrap_or(0),
                 last_checkpoint.unwrap_or(0) + 1

@@ -14,6 +14,7 @@
 mod admin;
 mod approvals;
 mod audit;
+mod audit_segments;
 mod backends;
 mod child;
 mod egress;
@@ -354,16 +355,21 @@ pub enum KeysCommand {
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     #[command(
-        after_help = "Examples:\n  tessera audit verify\n  tessera audit verify --checkpoints /var/lib/witness/checkpoints.jsonl --max-tail 2000"
+        after_help = "Examples:\n  tessera audit verify\n  tessera audit verify --checkpoints /var/lib/witness/checkpoints.jsonl --max-tail 2000\n  tessera audit verify --segments audit-0001.jsonl --segments audit-0002.jsonl --checkpoints witness.jsonl"
     )]
     /// Walk the chain and report the first edited, deleted or reordered row;
     /// with --checkpoints, also prove every checkpointed row is still there
-    /// unchanged and name the rows after the last checkpoint as unverified.
+    /// unchanged and name the rows after the last checkpoint as unverified;
+    /// with --segments, prove the rows retention pruned from their export.
     Verify {
         /// A checkpoint file kept by a witness (one JSON checkpoint per line,
         /// as `audit.checkpoint_file` writes it).
         #[arg(long)]
         checkpoints: Option<std::path::PathBuf>,
+        /// An export written by `audit export --through-checkpoint` (repeat
+        /// for several): the rows retention pruned are verified from it.
+        #[arg(long)]
+        segments: Vec<std::path::PathBuf>,
         /// With --checkpoints: fail when more rows than this follow the last
         /// checkpoint (e.g. twice `audit.checkpoint_rows`): a long unverified
         /// tail means checkpoints stopped, or the witness lost some.
@@ -396,19 +402,33 @@ pub enum AuditCommand {
         remote: Remote,
     },
     #[command(
-        after_help = "Examples:\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit export --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z | head"
+        after_help = "Examples:\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit export --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z | head\n  tessera audit export --through-checkpoint --output /archive/audit-$(date +%F).jsonl"
     )]
-    /// Export rows as JSON lines (one object per row, oldest first) for a SIEM.
+    /// Export rows as JSON lines (one object per row, oldest first) for a SIEM;
+    /// with --through-checkpoint, every row the store holds up to its newest
+    /// checkpoint, for retention (docs/operations.md).
     Export {
         /// From this time: RFC 3339 (2026-11-29T00:00:00Z) or an age (24h, 7d).
-        #[arg(long)]
-        since: String,
+        #[arg(
+            long,
+            required_unless_present = "through_checkpoint",
+            conflicts_with = "through_checkpoint"
+        )]
+        since: Option<String>,
         /// Until this time (exclusive), same forms as --since.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "through_checkpoint")]
         until: Option<String>,
         /// Only rows about this run.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "through_checkpoint")]
         run: Option<String>,
+        /// Every row from the first the store keeps through the newest signed
+        /// checkpoint, then that checkpoint's line; written to --output, synced,
+        /// then recorded with the broker, which may then prune those rows.
+        #[arg(long, requires = "output")]
+        through_checkpoint: bool,
+        /// The file to write (created, mode 0600; never overwritten).
+        #[arg(long, requires = "through_checkpoint")]
+        output: Option<std::path::PathBuf>,
         /// Output format; only `jsonl`.
         #[arg(long, default_value = "jsonl")]
         format: String,

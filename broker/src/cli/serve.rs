@@ -16,7 +16,11 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    let result = runtime.block_on(serve(args));
+    // Connections dropped at the drain deadline and tasks that outlive the
+    // jobs are abandoned, not awaited: the shutdown deadline has been spent.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if crate::boot::JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {

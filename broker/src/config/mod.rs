@@ -15,12 +15,14 @@ pub mod audit;
 pub mod gateway;
 pub mod http;
 pub mod oauth;
+pub mod operations;
 
 pub use approvals::ApprovalsConfig;
 pub use audit::AuditConfig;
 pub use gateway::GatewayConfig;
 pub use http::{AllowedHosts, HttpConfig};
 pub use oauth::OAuthConfig;
+pub use operations::OperationsConfig;
 // Owned by the backend kinds and the settings leaf; named here too because the
 // configuration is where callers look for them.
 pub use crate::backends::settings::BackendConfig;
@@ -63,6 +65,12 @@ struct RawConfig {
     #[serde(default)]
     oauth: oauth::RawOAuth,
     #[serde(default)]
+    shutdown: operations::RawShutdown,
+    #[serde(default)]
+    readiness: operations::RawReadiness,
+    #[serde(default)]
+    retention: operations::RawRetention,
+    #[serde(default)]
     /// Each table is parsed by its `kind` (each kind has its own keys).
     backends: BTreeMap<String, RawTable>,
 }
@@ -73,6 +81,7 @@ struct RawStore {
     url_env: Option<String>,
     url_file: Option<PathBuf>,
     max_connections: Option<u32>,
+    timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -193,6 +202,8 @@ pub struct Config {
     pub gateway: Option<GatewayConfig>,
     /// Tessera as an OAuth authorization server: its issuer URL and DPoP nonces.
     pub oauth: OAuthConfig,
+    /// The shutdown deadline, the store's request-path timeout, readiness.
+    pub operations: OperationsConfig,
     pub backends: BTreeMap<String, BackendConfig>,
 }
 
@@ -405,6 +416,14 @@ impl Config {
                 )));
             }
         }
+        let operations = p
+            .take(operations::resolve(
+                raw.shutdown,
+                &raw.store.timeout,
+                raw.readiness,
+                raw.retention,
+            ))
+            .unwrap_or_default();
         let gateway = p
             .take(gateway::resolve(raw.gateway.unwrap_or_default(), &backends))
             .flatten();
@@ -456,6 +475,7 @@ impl Config {
             approvals,
             gateway,
             oauth,
+            operations,
             backends,
         })
     }

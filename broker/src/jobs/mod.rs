@@ -9,6 +9,7 @@
 //! | [`policy`] | reloads the policy on SIGHUP and, with `policy_watch_interval`, when its files change | on signal / interval |
 //! | audit checkpoints (`audit::checkpoint`) | signs the head and hands it to the witnesses | `[audit]` settings |
 //! | [`webhooks`] | announces pending approvals from the outbox | woken by every new approval, else every second |
+//! | [`retention`] | deletes ended runs (and exported audit rows) past their retention | `retention.interval` |
 //!
 //! Why one place: each job is a loop that must survive a store outage (log,
 //! retry next tick) and some must finish or hand back their work at shutdown;
@@ -18,17 +19,13 @@
 pub mod expiry;
 pub mod keys;
 pub mod policy;
+pub mod retention;
 pub mod revocation;
 pub mod webhooks;
 
 use crate::app::AppState;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
-
-/// How long a stopping broker lets a revocation pass in progress finish.
-const REVOCATION_STOP_GRACE: Duration = Duration::from_secs(10);
-/// How long a stopping broker waits for the final audit checkpoint.
-const CHECKPOINT_STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The jobs whose end a shutdown waits for.
 pub struct Running {
@@ -49,6 +46,7 @@ pub fn start(app: &AppState) -> Running {
     tokio::spawn(warn_unsafe_defaults(app.clone()));
     tokio::spawn(crate::audit::checkpoint::run_witness(app.clone()));
     tokio::spawn(webhooks::run(app.clone()));
+    tokio::spawn(retention::run(app.clone()));
     Running {
         app: app.clone(),
         revocation_worker: tokio::spawn(revocation::run(app.clone())),
@@ -59,20 +57,21 @@ pub fn start(app: &AppState) -> Running {
 
 impl Running {
     /// After the listener stopped: work claimed by this process is finished or
-    /// handed back, and the last rows get a checkpoint of their own.
-    pub async fn stop(self) {
+    /// handed back, and the last rows get a checkpoint of their own, all by
+    /// `deadline`. A revocation pass in progress gets two thirds of what is
+    /// left; its claims are released either way.
+    pub async fn stop(self, deadline: Instant) {
+        let left = || deadline.saturating_duration_since(Instant::now());
         revocation::stop(
             &self.app,
             self.revocation_worker,
             self.heartbeat,
-            REVOCATION_STOP_GRACE,
+            left() * 2 / 3,
         )
         .await;
-        if tokio::time::timeout(CHECKPOINT_STOP_GRACE, self.checkpoints)
-            .await
-            .is_err()
-        {
-            tracing::warn!("the final audit checkpoint did not finish in 5 s");
+        let grace = left().max(Duration::from_millis(100));
+        if tokio::time::timeout(grace, self.checkpoints).await.is_err() {
+            tracing::warn!(?grace, "the final audit checkpoint did not finish in time");
         }
     }
 }

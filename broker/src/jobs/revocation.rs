@@ -8,6 +8,9 @@
 //! backoff (1 s, 2 s, 4 s … capped at 5 min, with jitter) for as long as it takes;
 //! after [`revocations::STUCK_AFTER_ATTEMPTS`] failures a row counts as stuck and shows in
 //! `tessera leases list --stuck` and the `tessera_revocations_stuck` metric.
+//! A backend that can tell whether its server answers (`Backend::ping`) is
+//! asked every second while its removals back off, and they are retried as
+//! soon as it answers: removal follows a recovered server within seconds.
 //!
 //! Claims belong to this process ([`crate::instance`]): each pass first takes
 //! over the claims of instances that are certainly gone, claims hold for
@@ -195,6 +198,7 @@ pub async fn run(app: Arc<App>) {
     let mut stopping = app.stopping.subscribe();
     // The first pass runs at once: work left by an instance that died is due.
     let mut first = true;
+    let mut answered = BTreeMap::new();
     loop {
         if !std::mem::take(&mut first) {
             tokio::select! {
@@ -206,6 +210,9 @@ pub async fn run(app: Arc<App>) {
         if *stopping.borrow() {
             return;
         }
+        if let Err(e) = retry_recovered(&app, &mut answered).await {
+            tracing::debug!(error = %e, "cannot look for recovered backends");
+        }
         if let Err(e) = run_once(&app).await {
             tracing::warn!(error = %e, "revocation pass failed; will retry");
         }
@@ -214,6 +221,44 @@ pub async fn run(app: Arc<App>) {
             Err(e) => tracing::debug!(error = %e, "cannot count revocations"),
         }
     }
+}
+
+/// Asks each backend whose removals wait out a backoff whether its server
+/// answers (`Backend::ping`); when the answer turns to yes, those removals
+/// are due at once. `answered` keeps each backend's last answer, so a server
+/// that answers pings but still refuses a removal is retried once per
+/// recovery, not every second.
+pub async fn retry_recovered(
+    app: &App,
+    answered: &mut BTreeMap<String, bool>,
+) -> Result<u64, StoreError> {
+    let waiting = revocations::backing_off(&app.store, app.clock.now()).await?;
+    answered.retain(|name, _| waiting.contains(name));
+    let pings = waiting.iter().filter_map(|name| {
+        let backend = app.backends.get(name)?;
+        Some(async move { (name, backend.ping().await) })
+    });
+    let mut made_due = 0;
+    for (name, answer) in futures_util::future::join_all(pings).await {
+        let Some(answer) = answer else { continue };
+        let ok = answer.is_ok();
+        let was = answered.insert(name.clone(), ok);
+        if !ok || was == Some(true) {
+            continue;
+        }
+        let n = app
+            .store
+            .writer()
+            .submit(revocations::RetryNow {
+                backend: name.clone(),
+            })
+            .await?;
+        if n > 0 {
+            tracing::info!(backend = %name, removals = n, "the backend answers again; retrying its removals now");
+            made_due += n;
+        }
+    }
+    Ok(made_due)
 }
 
 /// Stops the worker: waits up to `grace` for a pass in progress to finish,

@@ -9,6 +9,11 @@
 //! see `activity`), and h2c is off unless configured. What a request may do once its head is in (its size, its host,
 //! its duration) is checked by the router ([`crate::api::edge`]).
 //!
+//! Stopping has a deadline (`[shutdown] timeout`; see [`serve`]): the listener
+//! closes at once, requests in flight may finish within the drain time, a
+//! connection with nothing in flight (idle, or holding half a request head) is
+//! closed at once, and whatever is still open at the drain deadline is dropped.
+//!
 //! With TLS, ALPN offers HTTP/2 and HTTP/1.1. When a client CA is configured, a
 //! client certificate is optional at the TLS layer (tools in sandboxes have none)
 //! but, when presented, must chain to that CA; the verified fact is attached to
@@ -43,10 +48,23 @@ use tower::ServiceExt;
 #[derive(Debug, Clone, Copy)]
 pub struct LocalAddr(pub SocketAddr);
 
-/// How long open connections get to finish when the server stops.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a graceful close was asked, how long a connection may linger.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// While the server stops, how long a connection with nothing in flight may
+/// take to finish writing its last answer before it is dropped.
+const DRAIN_QUIET: Duration = Duration::from_millis(250);
+/// How often a draining connection looks at whether it may go.
+const DRAIN_TICK: Duration = Duration::from_millis(50);
+
+/// What the server asks of its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Serving,
+    /// Finish what is in flight, take nothing new.
+    Draining,
+    /// The drain deadline passed: close now.
+    Closing,
+}
 /// Descriptors kept for files, the listener, outgoing HTTPS and slack, on top
 /// of the store and backend pools (`http.reserved_fds`), when the cap is
 /// derived from the limit.
@@ -108,19 +126,21 @@ fn refuse(tcp: tokio::net::TcpStream, refusers: &Arc<Semaphore>, response: &[u8]
 }
 
 /// Serves `router` on `listener` (over TLS when `tls` is set) until `shutdown`
-/// completes; then lets open connections finish for a bounded time.
+/// completes; then stops accepting, lets requests in flight finish for at most
+/// `drain`, and returns once every connection is closed (or dropped at `drain`).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     http: HttpConfig,
     tls: Option<ServerConfig>,
     shutdown: impl Future<Output = ()> + Send,
+    drain: Duration,
 ) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let cap = connection_cap(&http);
     let slots = Arc::new(Semaphore::new(cap));
     let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = watch::channel(Stop::Serving);
     let http = Arc::new(http);
     let refusers = Arc::new(Semaphore::new(REFUSERS));
     let full = full_response();
@@ -143,7 +163,13 @@ pub async fn serve(
                     // EMFILE/ENFILE: retrying at once would spin; the cap should
                     // keep this from happening, so say so when it does.
                     if throttle(&mut warned_accept) {
-                        tracing::warn!(error = %e, "accept failed (out of file descriptors?)");
+                        if matches!(e.raw_os_error(), Some(23) | Some(24)) {
+                            tracing::error!(error = %e, open_files_limit = ?rlimit::open_files(),
+                                open_connections = cap - slots.available_permits(),
+                                "out of file descriptors: new connections wait; raise the limit (LimitNOFILE, ulimit -n) or lower http.max_connections");
+                        } else {
+                            tracing::warn!(error = %e, "accept failed");
+                        }
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
@@ -173,11 +199,13 @@ pub async fn serve(
             match acceptor {
                 None => drive(tcp, None, router, local, &http, stop, peer).await,
                 Some(acceptor) => {
-                    // The handshake is part of the request head: same deadline.
-                    let stream =
-                        match tokio::time::timeout(http.header_read_timeout, acceptor.accept(tcp))
-                            .await
-                        {
+                    // The handshake is part of the request head: same deadline,
+                    // and a stopping server does not wait for it.
+                    let mut stopping = stop.clone();
+                    let handshake =
+                        tokio::time::timeout(http.header_read_timeout, acceptor.accept(tcp));
+                    let stream = tokio::select! {
+                        done = handshake => match done {
                             Ok(Ok(s)) => s,
                             Ok(Err(e)) => {
                                 tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -187,7 +215,9 @@ pub async fn serve(
                                 tracing::debug!(%peer, "TLS handshake timed out");
                                 return;
                             }
-                        };
+                        },
+                        _ = stopping.wait_for(|s| *s != Stop::Serving) => return,
+                    };
                     // rustls only reports peer certificates it verified against the client CA.
                     let verified = stream
                         .get_ref()
@@ -203,11 +233,25 @@ pub async fn serve(
         });
     }
     drop(listener);
-    let _ = stop_tx.send(true);
+    let _ = stop_tx.send(Stop::Draining);
     // Every connection holds a slot until it is gone.
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT, slots.acquire_many(cap as u32)).await;
+    let open = cap - slots.available_permits();
+    tracing::info!(
+        open_connections = open,
+        ?drain,
+        "stopped accepting; draining connections"
+    );
+    let drained = tokio::time::timeout(drain, slots.acquire_many(cap as u32)).await;
     if drained.is_err() {
-        tracing::warn!(timeout = ?DRAIN_TIMEOUT, "connections still open at shutdown; closing them");
+        let open = cap - slots.available_permits();
+        tracing::warn!(
+            open_connections = open,
+            ?drain,
+            "requests still in flight at the drain deadline; closing their connections"
+        );
+        let _ = stop_tx.send(Stop::Closing);
+        let _ =
+            tokio::time::timeout(Duration::from_millis(500), slots.acquire_many(cap as u32)).await;
     }
     Ok(())
 }
@@ -229,7 +273,7 @@ async fn drive<I>(
     router: Router,
     local: SocketAddr,
     http: &HttpConfig,
-    mut stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<Stop>,
     peer: SocketAddr,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -267,7 +311,8 @@ async fn drive<I>(
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut closing: Option<Instant> = None;
     // A server stop lets requests in progress finish (the drain deadline of
-    // `serve` bounds it); an idle close gives the connection CLOSE_GRACE.
+    // `serve` bounds it) and closes the connection once nothing is in flight;
+    // an idle close gives the connection CLOSE_GRACE.
     let mut draining = false;
     loop {
         tokio::select! {
@@ -277,15 +322,35 @@ async fn drive<I>(
                 }
                 return;
             }
-            _ = stop.wait_for(|s| *s), if !draining => {
-                draining = true;
-                if closing.is_none() {
-                    conn.as_mut().graceful_shutdown();
-                    closing = Some(Instant::now());
+            changed = stop.changed() => {
+                let asked = if changed.is_ok() { *stop.borrow_and_update() } else { Stop::Closing };
+                match asked {
+                    Stop::Serving => {}
+                    Stop::Draining if !draining => {
+                        draining = true;
+                        if closing.is_none() {
+                            conn.as_mut().graceful_shutdown();
+                            closing = Some(Instant::now());
+                        }
+                        tick = tokio::time::interval(DRAIN_TICK);
+                    }
+                    Stop::Draining => {}
+                    Stop::Closing => {
+                        tracing::debug!(%peer, "drain deadline: dropping the connection");
+                        return;
+                    }
                 }
             }
             _ = tick.tick() => match closing {
-                Some(since) if since.elapsed() > CLOSE_GRACE && !draining => {
+                // Stopping: nothing in flight (idle, or a request head still
+                // arriving, which hyper's graceful close would wait for) and the
+                // last answer had time to go out.
+                Some(_) if draining && activity.idle_for() >= DRAIN_QUIET => {
+                    tracing::debug!(%peer, "stopping: closing a connection with nothing in flight");
+                    return;
+                }
+                Some(_) if draining => {}
+                Some(since) if since.elapsed() > CLOSE_GRACE => {
                     tracing::debug!(%peer, "idle connection did not close; dropping it");
                     return;
                 }

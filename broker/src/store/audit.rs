@@ -257,6 +257,15 @@ pub async fn row_link(store: &Store, seq: i64) -> Result<Option<RowLink>, StoreE
     row.as_ref().map(decode).transpose()
 }
 
+/// The first row the store still holds (above 1 once retention pruned a
+/// prefix), or `None` for an empty log.
+pub async fn first_seq(store: &Store) -> Result<Option<i64>, StoreError> {
+    let row = sqlx::query("SELECT MIN(seq) AS first FROM audit")
+        .fetch_one(store.pool())
+        .await?;
+    super::col(&row, "first")
+}
+
 /// Whether any row is linked with an audit key.
 pub async fn any_keyed_row(store: &Store) -> Result<bool, StoreError> {
     let row = sqlx::query("SELECT seq FROM audit WHERE key_id IS NOT NULL LIMIT 1")

@@ -13,11 +13,13 @@ pub mod approvals;
 pub mod approvers;
 pub mod audit;
 pub mod capabilities;
+pub mod health;
 pub mod holds;
 pub mod instances;
 pub mod keys;
 pub mod query;
 pub mod rate;
+pub mod retention;
 pub mod revocations;
 pub mod runs;
 pub mod runtimes;
@@ -72,11 +74,14 @@ pub struct Store {
 }
 
 /// How long a successful write probe answers readiness checks.
-const PROBE_REUSE_MS: i64 = 2_000;
+const PROBE_REUSE_MS: i64 = 10_000;
+/// Write probes are at least this far apart, whoever asks.
+const PROBE_GAP_MS: i64 = 1_000;
 
 #[derive(Default)]
 struct ProbeState {
     last_ok_ms: AtomicI64,
+    last_attempt_ms: AtomicI64,
     last_result: AtomicBool,
     in_flight: AtomicBool,
 }
@@ -145,16 +150,19 @@ fn open_native(
 
 impl Store {
     /// Connects, applies migrations and starts the writer.
+    /// `timeout` bounds every wait for the store on the request path: a
+    /// connection from the pool, and an op's commit.
     pub async fn open(
         store_url: &StoreUrl,
         max_connections: u32,
         clock: Clock,
+        timeout: Duration,
     ) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
         let (url, dialect, init) = connect_spec(store_url);
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(3))
+            .acquire_timeout(timeout)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     for stmt in init {
@@ -191,7 +199,7 @@ impl Store {
                 })
             }
         };
-        let writer = writer::Writer::start(dialect, clock.clone(), connect);
+        let writer = writer::Writer::start(dialect, clock.clone(), connect, timeout);
         Ok(Store {
             pool,
             dialect,
@@ -225,30 +233,40 @@ impl Store {
         sql_for(self.dialect, q)
     }
 
-    /// True when the store answers a read and commits a (no-op) write in time:
-    /// a broker that cannot record cannot issue, so it is not ready.
-    pub async fn ping(&self) -> bool {
+    /// True when the store answers a read within the store timeout.
+    pub async fn answers_read(&self) -> bool {
         let read = sqlx::query("SELECT 1").execute(&self.pool);
-        if !matches!(
-            tokio::time::timeout(Duration::from_secs(2), read).await,
+        matches!(
+            tokio::time::timeout(self.writer.timeout(), read).await,
             Ok(Ok(_))
-        ) {
+        )
+    }
+
+    /// True when the store answers a read and commits a write probe in time:
+    /// a broker that cannot record cannot issue, so it is not ready. With
+    /// `fresh` (the last batch failed), an earlier success is not reused.
+    pub async fn ping(&self, fresh: bool) -> bool {
+        if !self.answers_read().await {
             return false;
         }
         // The write probe goes through the one writer (and, on PostgreSQL, the
         // audit head lock), so an unauthenticated caller must not be able to
-        // drive it: a success is reused for a while and one probe runs at a time.
+        // drive it: a success is reused for a while, probes are at least
+        // PROBE_GAP_MS apart, and one runs at a time.
         let now = self.clock.now_ms();
         let probe = &self.probe;
-        if now - probe.last_ok_ms.load(Ordering::Relaxed) < PROBE_REUSE_MS {
+        if !fresh && now - probe.last_ok_ms.load(Ordering::Relaxed) < PROBE_REUSE_MS {
             return true;
         }
-        if probe.in_flight.swap(true, Ordering::AcqRel) {
+        if now - probe.last_attempt_ms.load(Ordering::Relaxed) < PROBE_GAP_MS
+            || probe.in_flight.swap(true, Ordering::AcqRel)
+        {
             return probe.last_result.load(Ordering::Relaxed);
         }
+        probe.last_attempt_ms.store(now, Ordering::Relaxed);
         let write = self.writer.submit(writer::Probe);
         let ok = matches!(
-            tokio::time::timeout(Duration::from_secs(2), write).await,
+            tokio::time::timeout(self.writer.timeout(), write).await,
             Ok(Ok(()))
         );
         if ok {

@@ -331,3 +331,47 @@ pub async fn counts(store: &Store) -> Result<(i64, i64), StoreError> {
         .await?;
     Ok((col(&row, "pending")?, col(&row, "stuck")?))
 }
+
+/// When the oldest downstream removal still pending was queued (Unix
+/// seconds), if any is: readiness fails when it is older than a threshold.
+pub async fn oldest_pending(store: &Store) -> Result<Option<i64>, StoreError> {
+    let q = "SELECT MIN(created_at) AS oldest FROM revocations WHERE done_at IS NULL";
+    let row = sqlx::query(q).fetch_one(store.pool()).await?;
+    col(&row, "oldest")
+}
+
+/// The backends with removals waiting out a backoff: the worker asks each
+/// whether it answers again, so a removal follows the server's return within
+/// seconds instead of after a backoff of up to five minutes.
+pub async fn backing_off(store: &Store, now: i64) -> Result<Vec<String>, StoreError> {
+    let q = store.sql(
+        "SELECT DISTINCT backend FROM revocations \
+         WHERE done_at IS NULL AND attempts > 0 AND next_attempt_at > $1",
+    );
+    let rows = sqlx::query(&q).bind(now).fetch_all(store.pool()).await?;
+    rows.iter().map(|r| col(r, "backend")).collect()
+}
+
+/// Makes every removal of `backend` still waiting out its backoff due now
+/// (its server answers again). Returns how many.
+pub struct RetryNow {
+    pub backend: String,
+}
+
+impl WriteOp for RetryNow {
+    type Output = u64;
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<u64, sqlx::Error>> {
+        Box::pin(async move {
+            let q = ctx.sql(
+                "UPDATE revocations SET next_attempt_at = $1 \
+                 WHERE backend = $2 AND done_at IS NULL AND next_attempt_at > $1",
+            );
+            let done = stmt(&q)
+                .bind(ctx.now())
+                .bind(self.backend.as_str())
+                .execute(&mut ctx.conn)
+                .await?;
+            Ok(done.rows_affected())
+        })
+    }
+}

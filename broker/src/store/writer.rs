@@ -31,6 +31,7 @@
 //! rate bucket?) and write it back without another replica interleaving.
 
 use super::audit::{ChainedRow, Head};
+use super::health::{Cause, WriterHealth};
 use super::query::{stmt, Conn};
 use super::{Dialect, StoreError};
 use crate::audit::{chain_mac, AuditEvent, AuditKey};
@@ -48,8 +49,6 @@ pub use crate::boxed::BoxFuture;
 pub const MAX_BATCH: usize = 512;
 /// Longest a batch may take before its connection is abandoned.
 const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest a submitter waits for its answer.
-const SUBMIT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The transaction an op runs in, plus the audit chain's tip.
 pub struct WriteCtx<'c> {
@@ -309,6 +308,8 @@ pub struct Writer {
     tx: mpsc::Sender<Box<dyn Queued>>,
     stats: Arc<WriterStats>,
     env: Arc<WriterEnv>,
+    /// Longest a submitter waits for its op's commit (`store.timeout`).
+    timeout: Duration,
 }
 
 /// What every batch reads besides its ops: the time, and the audit key its
@@ -321,16 +322,19 @@ pub struct WriterEnv {
     /// the audit table was cut back underneath the broker: writes stop rather
     /// than chain new rows onto the truncated log.
     high_water: AtomicI64,
+    /// Whether the last batch committed, and why not (readiness, logs).
+    health: WriterHealth,
 }
 
 impl Writer {
-    pub fn start(dialect: Dialect, clock: Clock, connect: Connector) -> Writer {
+    pub fn start(dialect: Dialect, clock: Clock, connect: Connector, timeout: Duration) -> Writer {
         let (tx, rx) = mpsc::channel(8 * MAX_BATCH);
         let stats = Arc::new(WriterStats::default());
         let env = Arc::new(WriterEnv {
             clock,
             audit_key: std::sync::OnceLock::new(),
             high_water: AtomicI64::new(0),
+            health: WriterHealth::default(),
         });
         let task = run(rx, connect, dialect, env.clone(), stats.clone());
         match dialect {
@@ -351,7 +355,27 @@ impl Writer {
                 tokio::spawn(task);
             }
         }
-        Writer { tx, stats, env }
+        Writer {
+            tx,
+            stats,
+            env,
+            timeout,
+        }
+    }
+
+    /// Whether the last batch committed, and why not.
+    pub fn health(&self) -> &WriterHealth {
+        &self.env.health
+    }
+
+    /// The time on the writer's clock (ms).
+    pub fn now_ms(&self) -> i64 {
+        self.env.clock.now_ms()
+    }
+
+    /// Longest a submitter waits for a commit.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Installs the audit key; until then every audited write fails (closed).
@@ -407,12 +431,15 @@ impl Writer {
         job: Box<dyn Queued>,
         rx: oneshot::Receiver<Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(SUBMIT_TIMEOUT, self.tx.send(job)).await {
+        // One deadline for the queue and the commit: a frozen store answers
+        // the request with a 503 in `store.timeout`, whatever the batch does.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        match tokio::time::timeout_at(deadline, self.tx.send(job)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return Err(StoreError::Unavailable("writer stopped".into())),
             Err(_) => return Err(StoreError::Unavailable("writer queue full".into())),
         }
-        match tokio::time::timeout(SUBMIT_TIMEOUT, rx).await {
+        match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(StoreError::Unavailable("writer dropped the request".into())),
             Err(_) => Err(StoreError::Unavailable("write timed out".into())),
@@ -460,7 +487,8 @@ async fn run(
             None => match connect().await {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::error!(error = %e, "writer cannot reach the store");
+                    env.health
+                        .failed(Cause::of_message(&e.to_string()), &e.to_string());
                     fail_all(batch, &e);
                     continue;
                 }
@@ -489,15 +517,31 @@ fn fail_all(batch: Vec<Box<dyn Queued>>, e: &StoreError) {
 /// Commits the batch, retrying op by op on a database error. Returns the
 /// connection if it is still usable.
 async fn commit_batch(
-    mut conn: Connection,
-    mut batch: Vec<Box<dyn Queued>>,
+    conn: Connection,
+    batch: Vec<Box<dyn Queued>>,
     dialect: Dialect,
     env: &WriterEnv,
     stats: &WriterStats,
 ) -> Option<Connection> {
     let n = batch.len() as u64;
+    env.health.batch_started(env.clock.now_ms());
+    let conn = commit_or_retry(conn, batch, dialect, env, stats, n).await;
+    env.health.batch_ended();
+    conn
+}
+
+async fn commit_or_retry(
+    mut conn: Connection,
+    mut batch: Vec<Box<dyn Queued>>,
+    dialect: Dialect,
+    env: &WriterEnv,
+    stats: &WriterStats,
+    n: u64,
+) -> Option<Connection> {
+    let health = &env.health;
     match attempt(&mut conn, &mut batch, dialect, env).await {
         Ok(()) => {
+            health.ok();
             stats.commits.fetch_add(1, Ordering::Relaxed);
             stats.ops.fetch_add(n, Ordering::Relaxed);
             for job in batch {
@@ -515,6 +559,17 @@ async fn commit_batch(
                 AttemptError::Db(db) => poisons_connection(dialect, db),
                 _ => true,
             };
+            // The store's trouble (not a refusal of what an op asked) is told
+            // to `health` once per change, with the store's own words.
+            match &e {
+                AttemptError::Db(db) | AttemptError::Lost(db)
+                    if lost || Cause::of(db) != Cause::Other =>
+                {
+                    health.failed(Cause::of(db), &db.to_string())
+                }
+                AttemptError::TimedOut => health.failed(Cause::TimedOut, "write batch timed out"),
+                _ => {}
+            }
             let err = match e {
                 AttemptError::Db(db) => StoreError::from(db),
                 AttemptError::Lost(db) => StoreError::Unavailable(db.to_string()),
@@ -524,6 +579,9 @@ async fn commit_batch(
                 // A conflict is the caller's answer (409), not the store's trouble.
                 if matches!(err, StoreError::Conflict(_)) {
                     tracing::debug!(error = %err, ops = n, "write refused: conflict");
+                } else if lost {
+                    // `health` said why, once per change.
+                    tracing::debug!(error = %err, ops = n, "write batch failed");
                 } else {
                     tracing::warn!(error = %err, ops = n, "write batch failed");
                 }
@@ -535,16 +593,24 @@ async fn commit_batch(
                 let mut single = vec![job];
                 match attempt(&mut conn, &mut single, dialect, env).await {
                     Ok(()) => {
+                        health.ok();
                         stats.commits.fetch_add(1, Ordering::Relaxed);
                         stats.ops.fetch_add(1, Ordering::Relaxed);
                         fail_or_finish(single, None);
                     }
                     Err(AttemptError::Db(db)) if poisons_connection(dialect, &db) => {
+                        health.failed(Cause::of(&db), &db.to_string());
                         fail_or_finish(single, Some(StoreError::from(db)));
                         return None;
                     }
                     Err(AttemptError::Db(db)) => fail_or_finish(single, Some(StoreError::from(db))),
-                    Err(_) => {
+                    Err(AttemptError::Lost(db)) => {
+                        health.failed(Cause::of(&db), &db.to_string());
+                        fail_or_finish(single, Some(StoreError::Unavailable(db.to_string())));
+                        return None;
+                    }
+                    Err(AttemptError::TimedOut) => {
+                        health.failed(Cause::TimedOut, "write timed out");
                         fail_or_finish(
                             single,
                             Some(StoreError::Unavailable("connection lost".into())),
@@ -620,13 +686,16 @@ async fn attempt(
     let Some(e) = refused else {
         return Err(AttemptError::TimedOut);
     };
-    let e = classify(e);
-    if matches!(e, AttemptError::Db(_))
-        && stmt("ROLLBACK").execute(&mut conn.borrow()).await.is_err()
-    {
-        return Err(AttemptError::Lost(sqlx::Error::PoolClosed));
+    match classify(e) {
+        // The refusal is the cause; a ROLLBACK that fails too only means the
+        // connection is gone with it (a full disk, a lost server): report the
+        // refusal, never the ROLLBACK's own error.
+        AttemptError::Db(db) => match stmt("ROLLBACK").execute(&mut conn.borrow()).await {
+            Ok(_) => Err(AttemptError::Db(db)),
+            Err(_) => Err(AttemptError::Lost(db)),
+        },
+        other => Err(other),
     }
-    Err(e)
 }
 
 /// Interrupts a native batch that runs past [`BATCH_TIMEOUT`] (a busy wait,
@@ -744,7 +813,8 @@ impl WriteOp for AppendAudit {
 }
 
 /// A write of no consequence: proves the store accepts and commits writes
-/// (readiness). It rewrites the probe row's time, so a read-only or full disk fails it.
+/// (readiness). It rewrites the probe row with 32 KiB of fresh bytes, so a
+/// read-only disk, or one too full for an issuance, fails it.
 pub struct Probe;
 
 impl WriteOp for Probe {
@@ -752,11 +822,20 @@ impl WriteOp for Probe {
     const GRANTS: bool = true;
     fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
         Box::pin(async move {
-            let q = ctx.sql(
-                "INSERT INTO store_probe (id, at_ms) VALUES (1, $1) \
-                 ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",
-            );
-            stmt(&q).bind(ctx.now_ms).execute(&mut ctx.conn).await?;
+            // Fresh pages each time (random bytes, so PostgreSQL cannot
+            // compress them away): at least what an issuance writes.
+            let q = match ctx.dialect {
+                Dialect::Sqlite => {
+                    "INSERT INTO store_probe (id, at_ms, filler) VALUES (1, ?1, randomblob(32768)) \
+                     ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms, filler = excluded.filler"
+                }
+                Dialect::Postgres => {
+                    "INSERT INTO store_probe (id, at_ms, filler) VALUES (1, $1, \
+                     (SELECT string_agg(md5(random()::text), '')::bytea FROM generate_series(1, 1024))) \
+                     ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms, filler = excluded.filler"
+                }
+            };
+            stmt(q).bind(ctx.now_ms).execute(&mut ctx.conn).await?;
             Ok(())
         })
     }
@@ -810,9 +889,14 @@ mod tests {
     }
 
     async fn store(dir: &std::path::Path) -> Store {
-        Store::open(&StoreUrl::Sqlite(dir.join("t.db")), 2, Clock::new())
-            .await
-            .expect("store opens")
+        Store::open(
+            &StoreUrl::Sqlite(dir.join("t.db")),
+            2,
+            Clock::new(),
+            Duration::from_secs(15),
+        )
+        .await
+        .expect("store opens")
     }
 
     fn temp_dir() -> std::path::PathBuf {

@@ -166,6 +166,21 @@ async fn health_metrics_and_openapi(app: TestApp) {
     }
 }
 
+/// A 503 from `/readyz` whose one reason is `code`; returns the body.
+async fn assert_not_ready(resp: reqwest::Response, code: &str) -> Value {
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["status"], "not_ready", "{body}");
+    let codes: Vec<&str> = body["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, vec![code], "{body}");
+    body
+}
+
 /// A TCP proxy to PostgreSQL that the test can cut, to make the store unreachable.
 struct Proxy {
     port: u16,
@@ -215,12 +230,7 @@ async fn postgres_unreachable_fails_closed() {
 
     proxy.cut.notify_one();
     let _ = proxy.task.await;
-    assert_error(
-        app.get("/readyz", None).await,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store_unavailable",
-    )
-    .await;
+    assert_not_ready(app.get("/readyz", None).await, "store_cannot_commit").await;
     let resp = app
         .capability(&token, "read", "svc-reports:reports/q2")
         .await;
@@ -301,13 +311,22 @@ async fn sqlite_unwritable_fails_closed() {
     };
     let caps_before = app.count("capabilities").await;
     chattr("+i");
-    let ready = app.get("/readyz", None).await;
+    // Readiness follows the writer's last outcome: the refused write is
+    // what tells it (and, with no write for 2 s, its own probe would).
     let refused = app
         .capability(&token, "read", "svc-reports:reports/q2")
         .await;
+    let ready = app.get("/readyz", None).await;
     let exchanged = app.exchange(cap["token"].as_str().unwrap()).await;
     chattr("-i");
-    assert_error(ready, StatusCode::SERVICE_UNAVAILABLE, "store_unavailable").await;
+    let body = assert_not_ready(ready, "store_cannot_commit").await;
+    // An immutable file refuses writes with EPERM, which SQLite reports as
+    // read-only or as an I/O error depending on the call that meets it.
+    let message = body["reasons"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("(read_only)") || message.contains("(io_error)"),
+        "the cause is named: {body}"
+    );
     assert_error(
         refused,
         StatusCode::SERVICE_UNAVAILABLE,

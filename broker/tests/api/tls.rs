@@ -87,6 +87,7 @@ async fn tls_with_mtls_for_runtimes() {
         app.config.http.clone(),
         Some(tls),
         std::future::pending(),
+        std::time::Duration::from_secs(10),
     ));
     let url = |p: &str| format!("https://tessera.test:{}{p}", addr.port());
 

@@ -133,6 +133,19 @@ impl Backend for MysqlBackend {
         ))
     }
 
+    fn ping(&self) -> BoxFuture<'_, Option<Result<(), BackendError>>> {
+        Box::pin(async move {
+            let query = sqlx::query("SELECT 1").execute(&self.pool);
+            Some(
+                match tokio::time::timeout(std::time::Duration::from_secs(2), query).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(classify(e)),
+                    Err(_) => Err(BackendError::Unavailable("timed out".into())),
+                },
+            )
+        })
+    }
+
     fn unsafe_defaults(&self) -> BoxFuture<'_, Result<Vec<super::Finding>, BackendError>> {
         Box::pin(async move { check::unsafe_defaults(&self.pool).await.map_err(classify) })
     }

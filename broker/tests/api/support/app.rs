@@ -431,9 +431,15 @@ impl TestApp {
         let router = tessera_broker::api::router(state.clone());
         let http = state.config.http.clone();
         let server = tokio::spawn(async move {
-            let _ =
-                tessera_broker::server::serve(listener, router, http, None, std::future::pending())
-                    .await;
+            let _ = tessera_broker::server::serve(
+                listener,
+                router,
+                http,
+                None,
+                std::future::pending(),
+                std::time::Duration::from_secs(10),
+            )
+            .await;
         });
         TestApp {
             addr,

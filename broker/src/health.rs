@@ -1,0 +1,143 @@
+//! Readiness that tells the truth: each reason this broker should not get
+//! traffic, named, from what the broker has actually seen.
+//!
+//! Why not a probe alone: a one-row write can still fit in the WAL of a disk
+//! that is too full for an issuance, so a probe said "ready" while every
+//! issuance failed. What decides is the writer's last outcome; a probe (as
+//! large as an issuance) runs only when no batch committed recently, which is
+//! also how a broker that load balancers stopped sending traffic to finds out
+//! that its store is back.
+
+use crate::app::App;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+use tessera_client::types::ReadinessReason;
+
+/// A commit this recent (and no failure since) proves the store commits.
+const RECENT_COMMIT: Duration = Duration::from_secs(2);
+
+/// What the broker knows about itself beyond its store.
+#[derive(Default)]
+pub struct Health {
+    stopping: AtomicBool,
+    /// The first error of the last policy load, while it is the last one.
+    policy_error: Mutex<Option<String>>,
+}
+
+impl Health {
+    /// SIGTERM arrived: load balancers should stop sending requests.
+    pub fn begin_stopping(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    pub fn policy_loaded(&self) {
+        *self.policy_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    pub fn policy_rejected(&self, first_error: String) {
+        *self.policy_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(first_error);
+    }
+
+    fn policy_error(&self) -> Option<String> {
+        self.policy_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+fn reason(code: &str, message: String) -> ReadinessReason {
+    ReadinessReason {
+        code: code.to_owned(),
+        message,
+    }
+}
+
+/// Every reason this broker is not ready; empty when it is.
+pub async fn check(app: &App) -> Vec<ReadinessReason> {
+    let mut reasons = Vec::new();
+    if app.health.stopping.load(Ordering::Acquire) {
+        reasons.push(reason(
+            "shutting_down",
+            "the broker is stopping: requests in flight finish, new ones go elsewhere".into(),
+        ));
+    }
+    if let Some(r) = store(app).await {
+        reasons.push(r);
+    }
+    if let Some(e) = app.health.policy_error() {
+        reasons.push(reason(
+            "policy_load_failed",
+            format!("the last policy reload was rejected, so the policy files are not the policy in force: {e}"),
+        ));
+    }
+    if let Some(r) = outbox(app).await {
+        reasons.push(r);
+    }
+    reasons
+}
+
+/// Whether the store commits: the batch in progress is not stuck, and the
+/// last batch committed (proved by a probe when none did recently).
+async fn store(app: &App) -> Option<ReadinessReason> {
+    let writer = app.store.writer();
+    let health = writer.health();
+    let timeout = writer.timeout();
+    if let Some(busy) = health.busy_for_ms(writer.now_ms()) {
+        if busy > timeout.as_millis() as i64 {
+            return Some(reason(
+                "store_cannot_commit",
+                format!("a write to the store has been running for {busy} ms (store.timeout is {timeout:?})"),
+            ));
+        }
+    }
+    if health.committed_within(RECENT_COMMIT) {
+        // Commits prove the write path; a read proves the connection is
+        // still there (a server that went away since the last commit).
+        return (!app.store.answers_read().await).then(|| {
+            reason(
+                "store_cannot_commit",
+                format!("the store did not answer a read within {timeout:?}"),
+            )
+        });
+    }
+    let answered = app.store.ping(health.failing().is_some()).await;
+    if let Some(f) = health.failing() {
+        return Some(reason(
+            "store_cannot_commit",
+            format!("{} ({}): {}", f.cause.sentence(), f.cause.code(), f.detail),
+        ));
+    }
+    (!answered).then(|| {
+        reason(
+            "store_cannot_commit",
+            format!("the store did not answer a read and a write within {timeout:?}"),
+        )
+    })
+}
+
+/// Whether a downstream removal has been pending for longer than
+/// `readiness.outbox_stuck_after`.
+async fn outbox(app: &App) -> Option<ReadinessReason> {
+    let limit = app.config.operations.outbox_stuck_after;
+    let oldest = tokio::time::timeout(
+        app.store.writer().timeout(),
+        crate::store::revocations::oldest_pending(&app.store),
+    )
+    .await;
+    let Ok(Ok(Some(created_at))) = oldest else {
+        // No pending removal, or the store did not answer (reported above).
+        return None;
+    };
+    let age = app.clock.now() - created_at;
+    (age > limit.as_secs() as i64).then(|| {
+        reason(
+            "revocation_outbox_stuck",
+            format!(
+                "a downstream removal has been pending for {age} s (readiness.outbox_stuck_after is {} s); see GET /v1/admin/leases",
+                limit.as_secs()
+            ),
+        )
+    })
+}
