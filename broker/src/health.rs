@@ -16,6 +16,10 @@ use tessera_client::types::ReadinessReason;
 
 /// A commit this recent (and no failure since) proves the store commits.
 const RECENT_COMMIT: Duration = Duration::from_secs(2);
+/// How long the store's and the outbox's verdict answers readiness checks:
+/// `/readyz` needs no token, so a flood of it must not become a flood of
+/// store queries (one computes, the others wait for its answer).
+const VERDICT_REUSE: Duration = Duration::from_secs(1);
 
 /// What the broker knows about itself beyond its store.
 #[derive(Default)]
@@ -23,6 +27,8 @@ pub struct Health {
     stopping: AtomicBool,
     /// The first error of the last policy load, while it is the last one.
     policy_error: Mutex<Option<String>>,
+    /// The last verdict on the store and the outbox, and when it was reached.
+    verdict: tokio::sync::Mutex<Option<(std::time::Instant, Vec<ReadinessReason>)>>,
 }
 
 impl Health {
@@ -63,18 +69,33 @@ pub async fn check(app: &App) -> Vec<ReadinessReason> {
             "the broker is stopping: requests in flight finish, new ones go elsewhere".into(),
         ));
     }
-    if let Some(r) = store(app).await {
-        reasons.push(r);
-    }
+    reasons.extend(shared_state(app).await);
     if let Some(e) = app.health.policy_error() {
         reasons.push(reason(
             "policy_load_failed",
             format!("the last policy reload was rejected, so the policy files are not the policy in force: {e}"),
         ));
     }
+    reasons
+}
+
+/// The reasons that cost a store query, computed at most once per
+/// [`VERDICT_REUSE`] whoever asks.
+async fn shared_state(app: &App) -> Vec<ReadinessReason> {
+    let mut verdict = app.health.verdict.lock().await;
+    if let Some((at, reasons)) = &*verdict {
+        if at.elapsed() < VERDICT_REUSE {
+            return reasons.clone();
+        }
+    }
+    let mut reasons = Vec::new();
+    if let Some(r) = store(app).await {
+        reasons.push(r);
+    }
     if let Some(r) = outbox(app).await {
         reasons.push(r);
     }
+    *verdict = Some((std::time::Instant::now(), reasons.clone()));
     reasons
 }
 
@@ -104,9 +125,15 @@ async fn store(app: &App) -> Option<ReadinessReason> {
     }
     let answered = app.store.ping(health.failing().is_some()).await;
     if let Some(f) = health.failing() {
+        // The cause, not the store's own words: /readyz is unauthenticated,
+        // and a driver's error can name hosts or accounts (the log has it).
         return Some(reason(
             "store_cannot_commit",
-            format!("{} ({}): {}", f.cause.sentence(), f.cause.code(), f.detail),
+            format!(
+                "{} ({}); the broker log has the store's error",
+                f.cause.sentence(),
+                f.cause.code()
+            ),
         ));
     }
     (!answered).then(|| {
@@ -120,7 +147,7 @@ async fn store(app: &App) -> Option<ReadinessReason> {
 /// Whether a downstream removal has been pending for longer than
 /// `readiness.outbox_stuck_after`.
 async fn outbox(app: &App) -> Option<ReadinessReason> {
-    let limit = app.config.operations.outbox_stuck_after;
+    let limit = app.config.operations.outbox_stuck_after?;
     let oldest = tokio::time::timeout(
         app.store.writer().timeout(),
         crate::store::revocations::oldest_pending(&app.store),

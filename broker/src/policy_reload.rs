@@ -166,11 +166,25 @@ pub async fn reload(
             truncate(&mut detail, MAX_AUDIT_DETAIL);
             audit.detail = Some(detail);
             tracing::warn!(trigger, errors = %errors, "policy reload rejected; the previous policy stays in force");
+            // Where, not what: /readyz is unauthenticated, and the message of
+            // a policy error can quote the policy (the log and the admin's
+            // answer have it whole).
             app.health.policy_rejected(
                 errors
                     .diagnostics
                     .first()
-                    .map(|d| d.to_string())
+                    .map(|d| {
+                        let file = std::path::Path::new(&d.file)
+                            .file_name()
+                            .map(|f| f.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        format!(
+                            "{} error(s), the first in {file}:{}:{}",
+                            errors.diagnostics.len(),
+                            d.line,
+                            d.column
+                        )
+                    })
                     .unwrap_or_else(|| "no policy could be loaded".into()),
             );
             app.metrics.background("policy_reload", "rejected");

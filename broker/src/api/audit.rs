@@ -293,6 +293,19 @@ pub async fn record_export(
     if row.hash != req.last_hash {
         return Err(invalid("last_hash is not the stored link of row last_seq"));
     }
+    // Never record (and so never let retention delete) rows that do not
+    // verify: a tampered row must stay where `audit verify` sees it.
+    let key = app
+        .store
+        .writer()
+        .audit_key()
+        .ok_or_else(ApiError::unavailable)?;
+    if let Some(p) = crate::audit::verify::problem_through(&app.store, key, req.last_seq).await? {
+        return Err(invalid(&format!(
+            "the audit chain does not verify up to row last_seq (row {}: {}); run `tessera audit verify`",
+            p.seq, p.kind
+        )));
+    }
     let first_kept = crate::store::audit::first_seq(&app.store)
         .await?
         .unwrap_or(1);

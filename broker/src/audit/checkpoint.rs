@@ -123,6 +123,14 @@ impl WriteOp for WitnessOutcome {
     }
 }
 
+/// The signed time of the row a checkpoint names (ms), if `jws` is a
+/// checkpoint signed by one of `keys`.
+pub fn signed_time(keys: &KeySet, jws: &str) -> Option<i64> {
+    jwt::verify::<CheckpointClaims>(jws, CHECKPOINT_TYP, keys, 0)
+        .ok()
+        .map(|(claims, _)| claims.at_ms)
+}
+
 /// Takes a checkpoint of the head if one is due (or at once with `force`).
 /// Returns the sequence number checkpointed.
 ///

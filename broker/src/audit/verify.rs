@@ -34,23 +34,63 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
     // The head first, then the rows up to it: rows committed during the walk
     // are after the head read and not part of this verification (reading the
     // head last would take a commit during the walk for a truncation).
+    let head = audit::head(store).await?;
+    walk(store, key, head, true).await
+}
+
+/// The first problem in the rows the store holds up to `through`, if any
+/// (retention checks what it exports and deletes: it never carries a
+/// tampered row out of the store, where only the export could show it).
+pub async fn problem_through(
+    store: &Store,
+    key: &AuditKey,
+    through: i64,
+) -> Result<Option<Problem>, StoreError> {
+    let Some(row) = audit::row_link(store, through).await? else {
+        return Ok(Some(Problem {
+            seq: through,
+            kind: "deleted".to_owned(),
+            detail: "the row is not in the store".into(),
+        }));
+    };
+    let head = audit::Head {
+        seq: through,
+        hash: row.hash,
+    };
+    Ok(walk(store, key, head, false).await?.first_problem)
+}
+
+/// Walks the rows from the first kept one to `head`. With `whole`, the
+/// walk is of the whole chain: a pruned prefix must be authorised by an
+/// `audit.pruned` row (itself naming an export recorded earlier in the
+/// chain), which may lie after `head` otherwise.
+async fn walk(
+    store: &Store,
+    key: &AuditKey,
+    head: audit::Head,
+    whole: bool,
+) -> Result<Report, StoreError> {
     let audit::Head {
         seq: head_seq,
         hash: head_hash,
-    } = audit::head(store).await?;
+    } = head;
     // Retention may have pruned a prefix: the walk starts at the first row
-    // kept, from the link it stores, and the prune must be authorised below.
-    let first = audit::first_seq(store).await?.unwrap_or(1).max(1);
+    // kept (the first row of the first page, read in one statement), from
+    // the link it stores, and the prune must be authorised below.
+    let mut first = 1i64;
     let mut prev = GENESIS_HASH.to_owned();
-    let mut expected = first;
+    // The next row the walk expects; `None` until the first row is read.
+    let mut next: Option<i64> = None;
     let mut authorised_through = 0i64;
+    // Exports recorded in the chain (MAC-checked): id -> last row exported.
+    let mut exports: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     let mut pruned_through = None;
     let mut rows = 0i64;
     let mut unkeyed_rows = 0i64;
     let mut keyed_seen = false;
     let mut first_problem = None;
     'pages: loop {
-        let page = audit::chain_page(store, expected, head_seq, PAGE).await?;
+        let page = audit::chain_page(store, next.unwrap_or(1), head_seq, PAGE).await?;
         if page.is_empty() {
             break;
         }
@@ -60,7 +100,7 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
                 Err(unreadable) => {
                     rows += 1;
                     first_problem = Some(Problem {
-                        seq: unreadable.seq.unwrap_or(expected),
+                        seq: unreadable.seq.or(next).unwrap_or(1),
                         kind: "edited".to_owned(),
                         detail: format!(
                             "the row cannot be read as an audit row ({})",
@@ -78,13 +118,20 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
                 hash,
                 key_id,
             } = row;
-            if seq == first && first > 1 {
-                prev = prev_hash.clone();
-                pruned_through = Some(PrunedPrefix {
-                    seq: first - 1,
-                    hash: prev_hash.clone(),
-                });
-            }
+            let expected = match next {
+                Some(e) => e,
+                None => {
+                    first = seq.max(1);
+                    if first > 1 {
+                        prev = prev_hash.clone();
+                        pruned_through = Some(PrunedPrefix {
+                            seq: first - 1,
+                            hash: prev_hash.clone(),
+                        });
+                    }
+                    first
+                }
+            };
             // A lean row's `prev_hash` is derived from the previous row (the
             // same row whose link `prev` holds, when none is missing); a row
             // written before migration 0008 keeps its own, checked below.
@@ -136,18 +183,29 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
             } else {
                 unkeyed_rows += 1;
             }
+            // Only rows whose link just verified count: an export recorded
+            // (by an admin, through the API) and a prune naming that export.
+            if event.event == events::AUDIT_EXPORTED {
+                if let Some((id, last)) = export_of(event.detail.as_deref()) {
+                    exports.insert(id, last);
+                }
+            }
             if event.event == events::AUDIT_PRUNED {
-                if let Some(n) = pruned_bound(event.detail.as_deref()) {
-                    authorised_through = authorised_through.max(n);
+                if let Some((n, id)) = prune_of(event.detail.as_deref()) {
+                    if exports.get(&id).is_some_and(|last| *last >= n) {
+                        authorised_through = authorised_through.max(n);
+                    }
                 }
             }
             prev = hash;
-            expected = seq + 1;
+            next = Some(seq + 1);
         }
     }
-    if first_problem.is_none() && first > 1 && authorised_through < first - 1 {
+    let end = next.unwrap_or(1);
+    if whole && first_problem.is_none() && first > 1 && authorised_through < first - 1 {
         // Rows gone from the start with no `audit.pruned` row (MAC-checked
-        // like every other) that allowed it: deleted, not pruned.
+        // like every other, naming an export recorded in the chain) that
+        // allowed it: deleted, not pruned.
         first_problem = Some(Problem {
             seq: 1,
             kind: "deleted".to_owned(),
@@ -157,14 +215,11 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
             ),
         });
     }
-    if first_problem.is_none() && (head_seq != expected - 1 || head_hash != prev) {
+    if first_problem.is_none() && (head_seq != end - 1 || head_hash != prev) {
         first_problem = Some(Problem {
-            seq: expected,
+            seq: end,
             kind: "truncated".to_owned(),
-            detail: format!(
-                "the chain ends at {} but its head says {head_seq}",
-                expected - 1
-            ),
+            detail: format!("the chain ends at {} but its head says {head_seq}", end - 1),
         });
     }
     Ok(Report {
@@ -178,11 +233,53 @@ pub async fn verify(store: &Store, key: &AuditKey) -> Result<Report, StoreError>
     })
 }
 
-/// `through=N` of an `audit.pruned` row's detail.
-fn pruned_bound(detail: Option<&str>) -> Option<i64> {
-    detail?
-        .split_whitespace()
-        .find_map(|part| part.strip_prefix("through="))?
-        .parse()
-        .ok()
+/// `(through, export id)` of an `audit.pruned` row's detail
+/// (`through=N export=ID`).
+fn prune_of(detail: Option<&str>) -> Option<(i64, String)> {
+    let detail = detail?;
+    let field = |name: &str| {
+        detail
+            .split_whitespace()
+            .find_map(|part| part.strip_prefix(name))
+    };
+    Some((
+        field("through=")?.parse().ok()?,
+        field("export=")?.to_owned(),
+    ))
+}
+
+/// `(export id, last row)` of an `audit.exported` row's detail
+/// (`id=ID rows=A..B …`).
+pub fn export_range(detail: Option<&str>) -> Option<(String, i64)> {
+    export_of(detail)
+}
+
+fn export_of(detail: Option<&str>) -> Option<(String, i64)> {
+    let detail = detail?;
+    let field = |name: &str| {
+        detail
+            .split_whitespace()
+            .find_map(|part| part.strip_prefix(name))
+    };
+    let (_, last) = field("rows=")?.split_once("..")?;
+    Some((field("id=")?.to_owned(), last.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_parse_as_written() {
+        assert_eq!(
+            prune_of(Some("through=41 export=0193abc")),
+            Some((41, "0193abc".to_owned()))
+        );
+        assert_eq!(prune_of(Some("through=41")), None);
+        assert_eq!(
+            export_of(Some("id=0193abc rows=1..41 checkpoint=41 sha256=ff")),
+            Some(("0193abc".to_owned(), 41))
+        );
+        assert_eq!(export_of(Some("id=x rows=1-41")), None);
+    }
 }

@@ -180,8 +180,12 @@ async fn verify(
             ));
         }
     }
+    let unverified_prefix = chain.pruned_through.is_some() && segments.is_empty();
     let status = match (problems.is_empty(), checkpoints.is_some(), tail) {
         (false, _, _) => "broken",
+        // Rows retention pruned are proved only by their export: without it,
+        // never call the log intact.
+        _ if unverified_prefix => "unverified_prefix",
         (true, false, _) => "chain_intact_no_checkpoints",
         (true, true, Some(0)) => "intact",
         (true, true, _) => "unverified_tail",
@@ -209,6 +213,11 @@ async fn verify(
                     println!("  {p}");
                 }
             }
+            "unverified_prefix" => println!(
+                "audit chain links verify: {} rows from row {}, head at {head}, {checked} checkpoints checked{unkeyed_note}{pruned_note}",
+                chain.rows,
+                chain.pruned_through.as_ref().map_or(1, |p| p.seq + 1)
+            ),
             "chain_intact_no_checkpoints" => println!(
                 "audit chain links verify: {} rows, head at {head}{unkeyed_note}{pruned_note}; \
                  without --checkpoints a truncation of the newest rows cannot be seen",

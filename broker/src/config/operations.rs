@@ -61,8 +61,9 @@ pub struct OperationsConfig {
     pub shutdown_timeout: Duration,
     /// Longest a request waits for the store before a 503 `store_unavailable`.
     pub store_timeout: Duration,
-    /// `/readyz` fails when a downstream removal has been pending this long.
-    pub outbox_stuck_after: Duration,
+    /// `/readyz` fails when a downstream removal has been pending this long;
+    /// `None`: never (alert on the stuck-removals metric instead).
+    pub outbox_stuck_after: Option<Duration>,
     pub retention: RetentionConfig,
 }
 
@@ -71,7 +72,7 @@ impl Default for OperationsConfig {
         OperationsConfig {
             shutdown_timeout: Duration::from_secs(10),
             store_timeout: Duration::from_secs(2),
-            outbox_stuck_after: Duration::from_secs(300),
+            outbox_stuck_after: Some(Duration::from_secs(300)),
             retention: RetentionConfig::default(),
         }
     }
@@ -148,12 +149,12 @@ pub(super) fn resolve(
             s(600),
         )?,
         store_timeout: between("store.timeout", store_timeout, d.store_timeout, s(1), s(60))?,
-        outbox_stuck_after: between(
+        // "off": alert on tessera_revocations_stuck instead (docs/operations.md).
+        outbox_stuck_after: period(
             "readiness.outbox_stuck_after",
             &readiness.outbox_stuck_after,
             d.outbox_stuck_after,
             s(10),
-            s(86_400),
         )?,
     })
 }

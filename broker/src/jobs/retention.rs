@@ -77,10 +77,8 @@ pub async fn run_once(app: &App) -> Result<Pass, StoreError> {
     }
     if let Some(keep) = retention.audit {
         let older_than_ms = app.clock.now_ms() - keep.as_millis() as i64;
-        if let Some((through, jws, export_id)) =
-            retention::audit_prune_target(&app.store, older_than_ms).await?
-        {
-            if checkpoint_is_ours(app, &jws, through).await {
+        if let Some(target) = retention::audit_prune_target(&app.store, older_than_ms).await? {
+            if audit_target_holds(app, &target, older_than_ms).await? {
                 loop {
                     if stopping() {
                         break;
@@ -89,8 +87,8 @@ pub async fn run_once(app: &App) -> Result<Pass, StoreError> {
                         .store
                         .writer()
                         .submit(PruneAudit {
-                            through,
-                            export_id: export_id.clone(),
+                            through: target.through,
+                            export_id: target.export_id.clone(),
                         })
                         .await?;
                     app.metrics.retention_pruned("audit", deleted);
@@ -99,8 +97,6 @@ pub async fn run_once(app: &App) -> Result<Pass, StoreError> {
                         break;
                     }
                 }
-            } else {
-                tracing::error!(seq = through, "retention: the checkpoint audit pruning would stop at is not signed by this broker; nothing pruned");
             }
         }
     }
@@ -115,9 +111,27 @@ fn count(app: &App, p: Pruned) {
     app.metrics.retention_pruned("approvals", p.approvals);
 }
 
-/// Whether `jws` is a checkpoint of row `seq` signed by a key this broker
-/// has used (the store's table could hold a planted one).
-async fn checkpoint_is_ours(app: &App, jws: &str, seq: i64) -> bool {
+/// Whether audit rows may be pruned up to `target.through`, checked against
+/// what cannot be forged rather than what the tables say: the checkpoint is
+/// signed by this broker, names that row as stored and its signed time is
+/// older than the period; the export is recorded by an `audit.exported` row
+/// whose link verifies and whose range covers the row; and every row kept up
+/// to that one verifies (so no tampered row is carried out of the store,
+/// where only its export could show it). Anything else is logged and
+/// nothing is pruned.
+async fn audit_target_holds(
+    app: &App,
+    target: &retention::PruneCandidate,
+    older_than_ms: i64,
+) -> Result<bool, StoreError> {
+    let seq = target.through;
+    let refuse = |why: &str| {
+        tracing::error!(seq, why, "retention: audit rows not pruned");
+        Ok(false)
+    };
+    let Some(key) = app.store.writer().audit_key() else {
+        return Ok(false);
+    };
     let keys = match crate::keys::manage::every_key(
         &app.store,
         &app.kek,
@@ -126,12 +140,43 @@ async fn checkpoint_is_ours(app: &App, jws: &str, seq: i64) -> bool {
     .await
     {
         Ok(k) => k,
-        Err(_) => return false,
+        Err(_) => return Ok(false),
     };
-    match crate::audit::checkpoint::check(app, &keys, &[jws.to_owned()]).await {
-        Ok(results) => results
-            .first()
-            .is_some_and(|r| r.seq == seq && r.status == "matches"),
-        Err(_) => false,
+    let checked =
+        crate::audit::checkpoint::check(app, &keys, std::slice::from_ref(&target.checkpoint))
+            .await?;
+    if !checked
+        .first()
+        .is_some_and(|r| r.seq == seq && r.status == "matches")
+    {
+        return refuse(
+            "the checkpoint is not this broker's signed checkpoint of the row as stored",
+        );
     }
+    match crate::audit::checkpoint::signed_time(&keys, &target.checkpoint) {
+        Some(at_ms) if at_ms < older_than_ms => {}
+        _ => return refuse("the checkpoint's signed row time is not older than retention.audit"),
+    }
+    if let Some(p) =
+        crate::audit::verify::problem_through(&app.store, key, target.exported_row).await?
+    {
+        tracing::error!(seq, problem_seq = p.seq, kind = %p.kind, detail = %p.detail,
+            "retention: the audit chain does not verify up to the export's record; nothing pruned");
+        return Ok(false);
+    }
+    let recorded =
+        crate::store::audit::chain_page(&app.store, target.exported_row, target.exported_row, 1)
+            .await?
+            .into_iter()
+            .next()
+            .and_then(Result::ok);
+    let covers = recorded.is_some_and(|row| {
+        row.event.event == crate::audit::events::AUDIT_EXPORTED
+            && crate::audit::verify::export_range(row.event.detail.as_deref())
+                .is_some_and(|(id, last)| id == target.export_id && last >= seq)
+    });
+    if !covers {
+        return refuse("no audit.exported row records an export covering the row");
+    }
+    Ok(true)
 }

@@ -95,7 +95,7 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, R> tower::Service<R> for Counted<S>
 where
-    S: tower::Service<R>,
+    S: tower::Service<R, Response = axum::response::Response>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -110,9 +110,18 @@ where
         let guard = self.activity.enter();
         let fut = self.inner.call(req);
         Box::pin(async move {
-            let out = fut.await;
-            drop(guard);
-            out
+            // In flight until its body has been sent, not only its head: a
+            // stopping server must not drop an answer half written.
+            let out = fut.await?;
+            // The guard lives in the body (a pass-through `map_err`, which
+            // keeps the size hint and so the Content-Length) and is dropped
+            // with it, once hyper wrote its last frame or the connection ended.
+            Ok(out.map(|body| {
+                axum::body::Body::new(http_body_util::BodyExt::map_err(body, move |e| {
+                    let _in_flight = &guard;
+                    e
+                }))
+            }))
         })
     }
 }

@@ -160,31 +160,47 @@ impl WriteOp for PruneRuns {
     }
 }
 
-/// How far audit pruning may go now: the highest row that (1) a signed
-/// checkpoint names, (2) an acknowledged export ends at or after, with no
-/// gap between the export and the rows kept, and (3) was written before
-/// `older_than_ms`. Returns (seq, its checkpoint JWS, the export id).
-/// The checkpoint's signature is checked by the caller.
+/// A candidate for how far audit pruning may go: a checkpointed row, the
+/// export said to hold it, and the `audit.exported` row that recorded that
+/// export. Nothing here is trusted yet — the tables can be written by whoever
+/// holds the database; the pruner checks the checkpoint's signature and time
+/// and the links of every row up to the `audit.exported` one first.
+#[derive(Debug, Clone)]
+pub struct PruneCandidate {
+    pub through: i64,
+    pub checkpoint: String,
+    pub export_id: String,
+    /// The `audit.exported` row recording the export.
+    pub exported_row: i64,
+}
+
+/// The highest row that a stored checkpoint names, that an export recorded
+/// in the chain ends at or after (with no gap between the export and the
+/// rows kept), and that was written before `older_than_ms`.
 pub async fn audit_prune_target(
     store: &Store,
     older_than_ms: i64,
-) -> Result<Option<(i64, String, String)>, StoreError> {
+) -> Result<Option<PruneCandidate>, StoreError> {
     let q = format!(
-        "SELECT c.seq AS seq, c.jws AS jws, e.id AS export_id FROM audit_checkpoints c \
+        "SELECT c.seq AS seq, c.jws AS jws, e.id AS export_id, x.seq AS exported_row \
+         FROM audit_checkpoints c \
          JOIN audit a ON a.seq = c.seq AND a.hash = c.hash \
          JOIN audit_exports e ON e.last_seq >= c.seq \
            AND e.first_seq <= COALESCE((SELECT MIN(seq) FROM audit), 1) \
+         JOIN audit x ON x.event = '{}' AND x.detail LIKE 'id=' || e.id || ' %' \
          WHERE a.at_ms < {older_than_ms} \
-         ORDER BY c.seq DESC, e.last_seq LIMIT 1"
+         ORDER BY c.seq DESC, e.last_seq LIMIT 1",
+        events::AUDIT_EXPORTED
     );
     let row = sqlx::query(&q).fetch_optional(store.pool()).await?;
     match row {
         None => Ok(None),
-        Some(r) => Ok(Some((
-            col(&r, "seq")?,
-            col(&r, "jws")?,
-            col(&r, "export_id")?,
-        ))),
+        Some(r) => Ok(Some(PruneCandidate {
+            through: col(&r, "seq")?,
+            checkpoint: col(&r, "jws")?,
+            export_id: col(&r, "export_id")?,
+            exported_row: col(&r, "exported_row")?,
+        })),
     }
 }
 

@@ -200,6 +200,57 @@ async fn audit_rows_are_pruned(db: Db) {
     // Nothing is pruned without an export.
     let pass = retention::run_once(&app.state).await.unwrap();
     assert_eq!(pass.audit_rows, 0);
+    // Nor with an export row planted in the table by whoever writes the
+    // database: only an export recorded in the chain counts.
+    let pool = app.state.store.pool();
+    let jws: String =
+        sqlx::query_scalar("SELECT jws FROM audit_checkpoints ORDER BY seq DESC LIMIT 1")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    let zeros = "0".repeat(64);
+    sqlx::query(&format!(
+        "INSERT INTO audit_exports (id, first_seq, last_seq, last_hash, checkpoint, sha256, created_at) \
+         VALUES ('planted', 1, 1000000, '{zeros}', '{jws}', '{zeros}', 0)"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    assert_eq!(retention::run_once(&app.state).await.unwrap().audit_rows, 0);
+    sqlx::query("DELETE FROM audit_exports WHERE id = 'planted'")
+        .execute(pool)
+        .await
+        .unwrap();
+    // A tampered row is never exported (and so never pruned out of sight).
+    let decision: String = sqlx::query_scalar("SELECT decision FROM audit WHERE seq = 2")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE audit SET decision = 'tampered' WHERE seq = 2")
+        .execute(pool)
+        .await
+        .unwrap();
+    let refused = dir.0.join("refused.jsonl");
+    let (code, _, err) = cli(
+        &app,
+        &token_file,
+        &[
+            "audit",
+            "export",
+            "--through-checkpoint",
+            "--output",
+            refused.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("does not verify"), "{err}");
+    sqlx::query(&format!(
+        "UPDATE audit SET decision = '{decision}' WHERE seq = 2"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    assert_eq!(app.audit("event=audit.exported").await.len(), 0);
 
     let segment = dir.0.join("audit-1.jsonl");
     let seg = segment.to_str().unwrap();
