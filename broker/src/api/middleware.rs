@@ -85,9 +85,25 @@ where
             let started = Instant::now();
             // The fields are formatted only if a subscriber takes the span.
             let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
+            // A body the handler leaves unread is read before the answer
+            // (an early refusal over HTTP/2 would otherwise reset the stream).
+            // HTTP/1 needs none of it (hyper closes or reads on), and a client
+            // waiting for `100 Continue` must not be invited to send.
+            let (parts, body) = req.into_parts();
+            let (body, unread) = if parts.version == axum::http::Version::HTTP_2
+                && !parts.headers.contains_key(axum::http::header::EXPECT)
+            {
+                super::unread::watch(body)
+            } else {
+                (body, None)
+            };
+            let req = Request::from_parts(parts, body);
             // Everything below runs in the span, the inner service's `call` included.
             let mut below = std::pin::pin!(async move { inner.call(req).await }.instrument(span));
             let Ok(resp) = below.as_mut().await;
+            if let Some(unread) = &unread {
+                super::unread::drain(unread).await;
+            }
             Ok(finish(&app, resp, &id, below.span(), dpop_nonce, started))
         })
     }

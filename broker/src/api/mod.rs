@@ -40,6 +40,7 @@ pub mod policy;
 pub mod refusals;
 pub mod revocations;
 pub mod runs;
+mod unread;
 
 use crate::app::AppState;
 use axum::extract::DefaultBodyLimit;

@@ -209,3 +209,116 @@ async fn tls_with_mtls_for_runtimes() {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::CREATED);
 }
+
+/// An early refusal over HTTP/2 (before the handler reads the request body)
+/// reaches the client as the JSON error, not as a stream reset: with curl
+/// (nghttp2) and with the Rust client, bodies small and larger than the
+/// stream's initial flow-control window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_refusals_over_http2_arrive_as_json() {
+    use crate::support::app::{Db, Extra, TestApp};
+    tessera_broker::server::install_crypto_provider();
+    let pki = pki();
+    let dir = TempDir::new();
+    let write = |name: &str, text: &str| {
+        let p = dir.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let ca = write("ca.pem", &pki.ca_pem);
+    let config = format!(
+        "[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nclient_ca_file = \"{ca}\"\n\n\
+         [http]\nallowed_hosts = [\"tessera.test\"]\n",
+        write("server.pem", &pki.server.0),
+        write("server.key", &pki.server.1),
+    );
+    let app = TestApp::builder(Db::Sqlite)
+        .extra(Extra {
+            config,
+            ..Default::default()
+        })
+        .start()
+        .await;
+    let broker = app.process(&[]).await;
+    let port = broker.addr.port();
+    let url = |p: &str| format!("https://tessera.test:{port}{p}");
+    let key = {
+        let c = client(&pki, broker.addr, None);
+        let v: Value = c
+            .post(url("/v1/admin/runtimes"))
+            .bearer_auth(&app.admin_token)
+            .json(&json!({ "name": "rt" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["key"].as_str().unwrap().to_owned()
+    };
+    for size in [200usize, 50_000] {
+        let filler = "x".repeat(size);
+        let body = json!({ "user": "alice", "task": { "id": "t", "kind": "summarize", "attributes": { "pad": filler } } });
+        let body_file = dir.0.join("body.json");
+        std::fs::write(&body_file, body.to_string()).unwrap();
+        for (path, bearer, code) in [
+            ("/v1/runs", key.as_str(), "client_certificate_required"),
+            ("/v1/capabilities", "tsr_run_garbage", "unauthenticated"),
+        ] {
+            let out = std::process::Command::new("curl")
+                // What is under test is HTTP/2 framing, not trust: curl's
+                // OpenSSL is not given the test CA's chain rules (-k).
+                .args(["-sS", "-k", "--http2", "--resolve"])
+                .arg(format!("tessera.test:{port}:127.0.0.1"))
+                .args(["-H", "content-type: application/json", "-H"])
+                .arg(format!("authorization: Bearer {bearer}"))
+                .arg("--data-binary")
+                .arg(format!("@{}", body_file.display()))
+                .args(["-w", "\n%{http_version} %{http_code}"])
+                .arg(url(path))
+                .output()
+                .expect("curl");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "curl {path} ({size} B body): {}\n{stdout}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let (json_text, tail) = stdout.rsplit_once('\n').unwrap();
+            assert_eq!(tail, "2 401", "{stdout}");
+            let v: Value = serde_json::from_str(json_text).unwrap();
+            assert_eq!(v["error"]["code"], code, "{v}");
+        }
+    }
+    // A request the handler reads is served as before.
+    {
+        let body_file = dir.0.join("ok.json");
+        std::fs::write(
+            &body_file,
+            json!({ "user": "alice", "task": { "id": "t", "kind": "summarize" } }).to_string(),
+        )
+        .unwrap();
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "-k", "--http2", "--resolve"])
+            .arg(format!("tessera.test:{port}:127.0.0.1"))
+            .arg("--cert")
+            .arg(write("client.pem", &pki.client.0))
+            .arg("--key")
+            .arg(write("client.key", &pki.client.1))
+            .args(["-H", "content-type: application/json", "-H"])
+            .arg(format!("authorization: Bearer {key}"))
+            .arg("--data-binary")
+            .arg(format!("@{}", body_file.display()))
+            .args(["-w", "\n%{http_version} %{http_code}"])
+            .arg(url("/v1/runs"))
+            .output()
+            .expect("curl");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.ends_with("2 201"), "{stdout}");
+    }
+}
