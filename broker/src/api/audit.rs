@@ -216,13 +216,9 @@ pub async fn check_checkpoints(
             format!("at most {MAX_CHECKPOINTS_PER_CHECK} checkpoints per request"),
         ));
     }
-    let keys =
-        crate::keys::manage::every_key(&app.store, &app.kek, app.keys.snapshot().active.clone())
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "cannot load signing keys");
-                ApiError::unavailable()
-            })?;
+    let keys = crate::audit::checkpoint::verifying_keys(&app)
+        .await
+        .ok_or_else(ApiError::unavailable)?;
     let results = crate::audit::checkpoint::check(&app, &keys, &req.checkpoints).await?;
     Ok(Json(CheckpointsResponse { results }))
 }
@@ -270,13 +266,9 @@ pub async fn record_export(
     if !hex64(&req.sha256) || !hex64(&req.last_hash) {
         return Err(invalid("sha256 and last_hash are 64 hex digits"));
     }
-    let keys =
-        crate::keys::manage::every_key(&app.store, &app.kek, app.keys.snapshot().active.clone())
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "cannot load signing keys");
-                ApiError::unavailable()
-            })?;
+    let keys = crate::audit::checkpoint::verifying_keys(&app)
+        .await
+        .ok_or_else(ApiError::unavailable)?;
     let checked =
         crate::audit::checkpoint::check(&app, &keys, std::slice::from_ref(&req.checkpoint)).await?;
     let matches = checked

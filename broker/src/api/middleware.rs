@@ -89,15 +89,16 @@ where
             // (an early refusal over HTTP/2 would otherwise reset the stream).
             // HTTP/1 needs none of it (hyper closes or reads on), and a client
             // waiting for `100 Continue` must not be invited to send.
-            let (parts, body) = req.into_parts();
-            let (body, unread) = if parts.version == axum::http::Version::HTTP_2
-                && !parts.headers.contains_key(axum::http::header::EXPECT)
+            let unread = if req.version() == axum::http::Version::HTTP_2
+                && !req.headers().contains_key(axum::http::header::EXPECT)
             {
-                super::unread::watch(body)
+                let body = std::mem::take(req.body_mut());
+                let (body, unread) = super::unread::watch(body);
+                *req.body_mut() = body;
+                unread
             } else {
-                (body, None)
+                None
             };
-            let req = Request::from_parts(parts, body);
             // Everything below runs in the span, the inner service's `call` included.
             let mut below = std::pin::pin!(async move { inner.call(req).await }.instrument(span));
             let Ok(resp) = below.as_mut().await;

@@ -123,6 +123,20 @@ impl WriteOp for WitnessOutcome {
     }
 }
 
+/// Every signing key this broker ever used, to verify checkpoints with
+/// (they never expire); `None`, logged, when they cannot be loaded.
+pub async fn verifying_keys(app: &App) -> Option<KeySet> {
+    match crate::keys::manage::every_key(&app.store, &app.kek, app.keys.snapshot().active.clone())
+        .await
+    {
+        Ok(keys) => Some(keys),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot load signing keys");
+            None
+        }
+    }
+}
+
 /// The signed time of the row a checkpoint names (ms), if `jws` is a
 /// checkpoint signed by one of `keys`.
 pub fn signed_time(keys: &KeySet, jws: &str) -> Option<i64> {

@@ -132,15 +132,8 @@ async fn audit_target_holds(
     let Some(key) = app.store.writer().audit_key() else {
         return Ok(false);
     };
-    let keys = match crate::keys::manage::every_key(
-        &app.store,
-        &app.kek,
-        app.keys.snapshot().active.clone(),
-    )
-    .await
-    {
-        Ok(k) => k,
-        Err(_) => return Ok(false),
+    let Some(keys) = crate::audit::checkpoint::verifying_keys(app).await else {
+        return Ok(false);
     };
     let checked =
         crate::audit::checkpoint::check(app, &keys, std::slice::from_ref(&target.checkpoint))
