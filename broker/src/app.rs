@@ -32,6 +32,8 @@ pub struct App {
     pub kek: Kek,
     pub keys: Arc<KeyRing>,
     policy: RwLock<Arc<PolicyEngine>>,
+    /// Which published version `policy` is (see [`crate::policy_versions`]).
+    policy_in_force: RwLock<crate::policy_versions::InForce>,
     pub backends: BTreeMap<String, Arc<dyn Backend>>,
     /// SHA-256 of the admin token; `None` disables the admin API.
     pub admin_token_hash: Option<String>,
@@ -127,7 +129,8 @@ impl App {
         let injection = crate::gateway::inject::Sessions::new(&config);
         let dpop =
             crate::dpop::Dpop::new(config.oauth.issuer.clone(), config.oauth.dpop_nonce, &kek);
-        Ok(Arc::new(App {
+        let app = Arc::new(App {
+            policy_in_force: RwLock::new(crate::policy_versions::InForce::default()),
             injection,
             dpop,
             config,
@@ -151,7 +154,12 @@ impl App {
             instance,
             stopping: tokio::sync::watch::Sender::new(false),
             health: crate::health::Health::default(),
-        }))
+        });
+        // One policy version for every replica on this store.
+        crate::policy_versions::publish_at_start(&app)
+            .await
+            .context("publishing the policy version")?;
+        Ok(app)
     }
 
     /// The policy set in force; requests hold their snapshot for their whole life.
@@ -174,6 +182,21 @@ impl App {
                     .ok()
             })
             .as_ref()
+    }
+
+    /// The published policy version in force here.
+    pub fn policy_in_force(&self) -> crate::policy_versions::InForce {
+        match self.policy_in_force.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    pub fn set_policy_in_force(&self, v: crate::policy_versions::InForce) {
+        match self.policy_in_force.write() {
+            Ok(mut g) => *g = v,
+            Err(p) => *p.into_inner() = v,
+        }
     }
 
     /// Swaps in a new, already validated policy set atomically.

@@ -27,6 +27,9 @@ pub struct Health {
     stopping: AtomicBool,
     /// The first error of the last policy load, while it is the last one.
     policy_error: Mutex<Option<String>>,
+    /// A newer published policy version than the one in force here, and
+    /// since when this replica has known of it (set by the policy sync).
+    policy_behind: Mutex<Option<(i64, std::time::Instant)>>,
     /// The last verdict on the store and the outbox, and when it was reached.
     verdict: tokio::sync::Mutex<Option<(std::time::Instant, Vec<ReadinessReason>)>>,
 }
@@ -43,6 +46,23 @@ impl Health {
 
     pub fn policy_rejected(&self, first_error: String) {
         *self.policy_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(first_error);
+    }
+
+    /// The policy sync saw `newest` published while `version` is in force.
+    pub fn policy_sync_saw(&self, newest: i64, in_force: i64) {
+        let mut g = self.policy_behind.lock().unwrap_or_else(|p| p.into_inner());
+        *g = match *g {
+            _ if newest <= in_force => None,
+            Some((v, since)) if v == newest => Some((v, since)),
+            _ => Some((newest, std::time::Instant::now())),
+        };
+    }
+
+    fn policy_behind(&self) -> Option<(i64, Duration)> {
+        self.policy_behind
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|(v, since)| (v, since.elapsed()))
     }
 
     fn policy_error(&self) -> Option<String> {
@@ -75,6 +95,23 @@ pub async fn check(app: &App) -> Vec<ReadinessReason> {
             "policy_load_failed",
             format!("the last policy reload was rejected, so the policy files are not the policy in force: {e}"),
         ));
+    }
+    let limit = app
+        .config
+        .replicas
+        .policy_lag_limit(app.config.operations.store_timeout);
+    if let Some((newest, for_how_long)) = app.health.policy_behind() {
+        if for_how_long > limit {
+            reasons.push(reason(
+                "policy_behind",
+                format!(
+                    "policy version {newest} is published but version {} is in force here, for {}s (limit {}s); the log says why",
+                    app.policy_in_force().version,
+                    for_how_long.as_secs(),
+                    limit.as_secs()
+                ),
+            ));
+        }
     }
     reasons
 }

@@ -102,6 +102,18 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// The bytes of lowercase or uppercase hex; `None` for anything else.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    text.as_bytes()
+        .chunks(2)
+        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod names;
 pub mod policy;
 pub mod policy_reload;
+pub mod policy_versions;
 pub mod private_fs;
 pub mod reauthorize;
 pub mod resource;

@@ -11,13 +11,18 @@
 //!   row cannot be written (store down), nothing is swapped — an unattributable
 //!   policy change is worse than a delayed one;
 //! - reloads are serialised, so two triggers at once cannot interleave;
+//! - a valid set is published as the next policy version for every replica
+//!   ([`crate::policy_versions`]) in the transaction that audits it; files
+//!   that already are the newest version publish nothing (and a file watch
+//!   seeing what another replica published is not audited again);
 //! - a reload that tightens policy revokes every live capability the new set would
 //!   no longer issue ([`crate::reauthorize::stale`]) and says how many, in its
 //!   result and its audit row.
 
 use crate::app::App;
 use crate::audit::{events, AuditEvent};
-use crate::policy::{PolicyEngine, PolicyLoadError};
+use crate::policy::files::PolicyFiles;
+use crate::policy::PolicyLoadError;
 use crate::store::capabilities::{RevokeCapability, Revoker};
 use crate::store::writer::AppendAudit;
 use crate::store::StoreError;
@@ -29,6 +34,8 @@ pub struct Reloaded {
     pub policies: usize,
     /// SHA-256 over the directory's policy files, as loaded.
     pub sha256: String,
+    /// The published version these files are.
+    pub version: i64,
     /// Live capabilities the new policy would no longer issue, revoked by this
     /// reload (their leases with them).
     pub revoked: usize,
@@ -57,9 +64,12 @@ pub async fn reload(
 ) -> Result<Reloaded, ReloadError> {
     let _one_at_a_time = app.policy_reload_lock.lock().await;
     let dir = app.config.policy_dir.clone();
-    let loaded = tokio::task::spawn_blocking(move || {
-        let sha256 = fingerprint(&dir);
-        (PolicyEngine::load_dir(&dir), sha256)
+    let loaded = tokio::task::spawn_blocking(move || match PolicyFiles::read_dir(&dir) {
+        Ok(files) => {
+            let sha256 = files.sha256();
+            (files.compile(&dir).map(|engine| (engine, files)), sha256)
+        }
+        Err(e) => (Err(e), fingerprint(&dir)),
     })
     .await;
     let (result, sha256) = match loaded {
@@ -82,7 +92,7 @@ pub async fn reload(
     let audit_request_id = request_id.clone();
     audit.request_id = request_id;
     match result {
-        Ok(engine) => {
+        Ok((engine, files)) => {
             let policies = engine.policy_count();
             let decision_cache = engine.decision_cache_summary();
             // Which live capabilities the new set would no longer issue: known
@@ -107,11 +117,31 @@ pub async fn reload(
             audit.detail = Some(format!(
                 "policies={policies} sha256={sha256} revoked={revoked}"
             ));
-            if let Err(e) = app.store.writer().submit(AppendAudit(audit)).await {
-                app.metrics.background("policy_reload", "unaudited");
-                return Err(ReloadError::Store(e));
-            }
+            // A watch seeing files another replica already published is
+            // not a second change; an administrator's reload always is audited.
+            let audit_unchanged = trigger != "watch";
+            let published = match crate::policy_versions::publish(
+                app,
+                &files,
+                &sha256,
+                trigger,
+                audit,
+                audit_unchanged,
+            )
+            .await
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    app.metrics.background("policy_reload", "unaudited");
+                    return Err(ReloadError::Store(e));
+                }
+            };
+            let version = published.version();
             app.replace_policy(engine);
+            app.set_policy_in_force(crate::policy_versions::InForce {
+                version,
+                sha256: sha256.clone(),
+            });
             app.health.policy_loaded();
             // A capability missed here (a crash, a store error) is still refused at
             // its next exchange, which re-decides it under the policy in force.
@@ -143,10 +173,11 @@ pub async fn reload(
                 app.revocation_wakeup.notify_one();
             }
             app.metrics.background("policy_reload", "reloaded");
-            tracing::info!(trigger, policies, %sha256, revoked, %decision_cache, "policy reloaded");
+            tracing::info!(trigger, version, policies, %sha256, revoked, %decision_cache, "policy reloaded");
             Ok(Reloaded {
                 policies,
                 sha256,
+                version,
                 revoked,
             })
         }

@@ -617,6 +617,16 @@ async fn init_makes_what_production_needs_and_status_says_it_works() {
     assert_eq!(status["addr"], addr, "{status}");
     assert_eq!(status["admin_token"], "accepted", "{status}");
     assert!(status["active_kid"].is_string(), "{status}");
+    // One replica, enforcing the version its start published.
+    assert_eq!(status["store"], "sqlite", "{status}");
+    assert_eq!(status["published_policy"]["version"], 1, "{status}");
+    assert_eq!(status["replicas"].as_array().unwrap().len(), 1, "{status}");
+    assert_eq!(status["replicas"][0]["this"], true, "{status}");
+    assert_eq!(status["replicas"][0]["policy_version"], 1, "{status}");
+    assert_eq!(
+        status["replicas"][0]["signing_kid"], status["active_kid"],
+        "{status}"
+    );
     // Given as host:port, said as the URL it reached.
     let human = tessera(
         &[
@@ -630,6 +640,8 @@ async fn init_makes_what_production_needs_and_status_says_it_works() {
     );
     let human = String::from_utf8_lossy(&human.stdout).into_owned();
     assert!(human.contains("admin token: accepted"), "{human}");
+    assert!(human.contains("policy:      version 1 "), "{human}");
+    assert!(human.contains("replicas:    1"), "{human}");
     assert!(
         human.contains(&format!("broker:      {addr} (ready)")),
         "{human}"

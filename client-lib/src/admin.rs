@@ -216,6 +216,11 @@ impl AdminClient {
         self.post("/v1/admin/keys/rotate").await
     }
 
+    /// `GET /v1/admin/status`: every replica and what it enforces.
+    pub async fn status(&self) -> Result<BrokerStatus, Error> {
+        self.get("/v1/admin/status").await
+    }
+
     /// `GET /v1/admin/keys`.
     pub async fn keys(&self) -> Result<KeyList, Error> {
         self.get("/v1/admin/keys").await

@@ -545,12 +545,16 @@ pub struct RuntimeList {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyInfo {
     pub kid: String,
-    /// `active` signs; `published` is retired but still in the JWKS; `expired` is no longer published.
+    /// `scheduled` is in the JWKS and signs from `signs_from`; `active` signs; `published` is
+    /// retired but still in the JWKS; `expired` is no longer published.
     pub state: String,
     /// RFC 3339 UTC time.
     #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub created_at: String,
-    /// RFC 3339 UTC time, or null.
+    /// RFC 3339 UTC time: when the key starts (or started) signing.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:30Z"))]
+    pub signs_from: String,
+    /// RFC 3339 UTC time, or null: when the key stops (or stopped) signing.
     #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub retired_at: Option<String>,
     /// RFC 3339 UTC time, or null.
@@ -626,19 +630,89 @@ pub struct HealthResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReadinessReason {
-    /// Stable: `store_cannot_commit`, `policy_load_failed`,
+    /// Stable: `store_cannot_commit`, `policy_load_failed`, `policy_behind`,
     /// `revocation_outbox_stuck` or `shutting_down`.
     pub code: String,
     /// What is wrong, in words (the store's own error, the policy file's line).
     pub message: String,
 }
 
+/// `GET /v1/admin/status` response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BrokerStatus {
+    /// The id of the replica that answered.
+    pub replica: String,
+    /// `sqlite` or `postgres`.
+    pub store: String,
+    /// The newest published policy version (null before the first).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub published_policy: Option<PublishedPolicy>,
+    /// Every replica on this store that has not stopped, the answering one first.
+    pub replicas: Vec<ReplicaStatus>,
+}
+
+/// A published policy version, in `GET /v1/admin/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PublishedPolicy {
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub version: i64,
+    /// SHA-256 over the policy files.
+    pub sha256: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
+    pub published_at: String,
+    /// What published it: `start`, `admin`, `signal` or `watch`.
+    pub trigger: String,
+    /// The replica that published it.
+    pub replica: String,
+}
+
+/// One replica, in `GET /v1/admin/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReplicaStatus {
+    pub id: String,
+    /// True for the replica that answered.
+    pub this: bool,
+    /// Its heartbeat is younger than the claim lease (15 s).
+    pub live: bool,
+    pub machine: String,
+    pub pid: i64,
+    /// The broker's version, once reported.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub software: Option<String>,
+    /// The address it listens on, once reported.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub listen: Option<String>,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
+    pub started_at: String,
+    /// RFC 3339 UTC time.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
+    pub heartbeat_at: String,
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub uptime_seconds: i64,
+    /// The published policy version it enforces, once reported.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub policy_version: Option<i64>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub policy_sha256: Option<String>,
+    /// The key it signs with, once reported.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub signing_kid: Option<String>,
+}
+
 /// `POST /v1/admin/keys/rotate` response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RotateKeyResponse {
-    /// The new active key id.
+    /// The new key's id: in the JWKS at once, signing from `signs_from`.
     pub kid: String,
+    /// RFC 3339 UTC time: when the new key starts signing (the previous keys sign until then).
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:30Z"))]
+    pub signs_from: String,
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub previous_kid: Option<String>,
     /// Until when the previous key stays published in the JWKS (null if there was none).
@@ -706,6 +780,11 @@ pub struct PolicyReloadResponse {
     pub policies: usize,
     /// SHA-256 over the policy files that were loaded.
     pub sha256: String,
+    /// The published policy version these files are: a new number when they differ from the
+    /// newest version, which every replica then switches to within `[replicas] policy_sync`.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, required = true))]
+    pub version: i64,
     /// Live capabilities (not revoked, not expired, their run open) that the new policy set would no longer issue; each was revoked with its leases by this reload.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(minimum = 0))]

@@ -252,9 +252,12 @@ refusals!(RotateKeyRefusals {
 
 /// Rotate the signing key
 ///
-/// Generates a new active Ed25519 signing key and retires the previous one, which stays
-/// published in the JWKS for the longest capability ttl plus 60 seconds so that tokens it
-/// signed still verify. No request body.
+/// Generates a new Ed25519 signing key. It is published in the JWKS at once and starts
+/// signing at `signs_from`, `[replicas] key_prepublish` later (30 s by default), once every
+/// replica's periodic key refresh has loaded it, so no replica ever meets a token whose key
+/// it does not know. The keys it replaces sign until then and stay published for the longest
+/// capability ttl plus 60 seconds after it, so that tokens they signed still verify. No
+/// request body.
 #[utoipa::path(
     post,
     path = "/v1/admin/keys/rotate",
@@ -272,11 +275,14 @@ pub async fn rotate_key(
     RequestId(rid): RequestId,
 ) -> Result<Json<RotateKeyResponse>, ApiError> {
     let now = app.clock.now();
-    // Every token the old key signed expires within the longest capability ttl.
-    let publish_until = now + app.config.limits.max_capability_ttl.as_secs() as i64 + 60;
+    // Published now, signing once every replica's refresh has loaded it.
+    let prepublish = app.config.replicas.key_prepublish.as_secs() as i64;
+    // Every token the old keys sign until then expires within the longest
+    // capability ttl after it.
+    let keep = app.config.limits.max_capability_ttl.as_secs() as i64 + 60;
     let mut audit = AuditEvent::new(events::KEY_ROTATED, "admin", "allow");
     audit.request_id = Some(rid);
-    let (set, retired) = manage::rotate(&app.store, &app.kek, now, publish_until, audit)
+    let (set, rotated) = manage::rotate(&app.store, &app.kek, now, prepublish, keep, audit)
         .await
         .map_err(|e| match e {
             manage::KeyStoreError::Store(s) => ApiError::from(s),
@@ -285,12 +291,13 @@ pub async fn rotate_key(
                 ApiError::internal()
             }
         })?;
-    let kid = set.active.kid().to_owned();
     app.keys.replace(set);
     Ok(Json(RotateKeyResponse {
-        kid,
-        previous_kid: retired.last().cloned(),
-        previous_published_until: (!retired.is_empty()).then(|| rfc3339(publish_until)),
+        kid: rotated.kid,
+        signs_from: rfc3339(rotated.signs_from),
+        previous_kid: rotated.retired.last().cloned(),
+        previous_published_until: (!rotated.retired.is_empty())
+            .then(|| rfc3339(rotated.signs_from + keep)),
     }))
 }
 
@@ -323,8 +330,11 @@ pub async fn list_keys(
     let keys = rows
         .into_iter()
         .map(|k| {
+            let signs_from = k.signs_from.unwrap_or(k.created_at);
             let state = match (k.retired_at, k.publish_until) {
+                _ if now < signs_from => "scheduled",
                 (None, _) => "active",
+                (Some(at), _) if now < at => "active",
                 (Some(_), Some(u)) if now <= u => "published",
                 _ => "expired",
             };
@@ -332,6 +342,7 @@ pub async fn list_keys(
                 kid: k.kid,
                 state: state.to_owned(),
                 created_at: rfc3339(k.created_at),
+                signs_from: rfc3339(signs_from),
                 retired_at: k.retired_at.map(rfc3339),
                 publish_until: k.publish_until.map(rfc3339),
             }

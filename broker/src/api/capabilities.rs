@@ -535,12 +535,13 @@ async fn sign_and_record(
         cnf: grant.jkt.as_ref().map(|j| serde_json::json!({ "jkt": j })),
         args: bound.args_hash.clone(),
     };
+    let signer = keys.signer(now);
     let token = match &grant.form {
-        Form::Capability => jwt::encode(&keys.active, CAPABILITY_TYP, &claims),
+        Form::Capability => jwt::encode(signer, CAPABILITY_TYP, &claims),
         Form::AccessToken {
             audience, issuer, ..
         } => jwt::encode(
-            &keys.active,
+            signer,
             ACCESS_TOKEN_TYP,
             &super::oauth::access_token_claims(&claims, issuer, audience),
         ),
@@ -567,12 +568,12 @@ async fn sign_and_record(
         policies.join(","),
         expires_at - now,
         uses,
-        keys.active.kid()
+        signer.kid()
     ));
     let record = CapabilityRecord {
         id: jti.clone(),
         run_id: run.id.clone(),
-        kid: keys.active.kid().to_owned(),
+        kid: signer.kid().to_owned(),
         action: req.action.clone(),
         resource: req.resource.clone(),
         backend: backend.to_owned(),

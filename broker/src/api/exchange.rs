@@ -20,8 +20,6 @@ use crate::capability::{self, CapabilityClaims, TokenError};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::ids::new_id;
-use crate::keys::jwt::JwtError;
-use crate::keys::manage;
 use crate::reauthorize;
 use crate::store::capabilities::{
     self, lease_revoked, ConsumeOutcome, ConsumeUse, FailLease, LeaseRecord, RevokeCapability,
@@ -36,49 +34,18 @@ use std::sync::Arc;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::{ExchangeRequest, ExchangeResponse};
 
-/// Verifies a capability, reloading keys once if its `kid` is unknown here
-/// (another replica may have rotated).
+/// Verifies a capability against the keys in memory. An unknown `kid` is
+/// refused without reading the store: every key is published, and loaded by
+/// every replica's periodic refresh, before it signs
+/// ([`crate::keys::ring_set`]), so a genuine token's key is always known here
+/// and a forged `kid` costs nothing but this lookup.
 pub async fn verify_capability(
     app: &AppState,
     token: &str,
 ) -> Result<CapabilityClaims, TokenError> {
     let now = app.clock.now();
     let aud = app.config.capability_audience();
-    verify_reloading(
-        app,
-        |keys| capability::verify(token, keys, &app.config.issuer, &aud, now),
-        |e| *e == TokenError::Jwt(JwtError::UnknownKey),
-    )
-    .await
-}
-
-/// Runs `verify` against the keys in memory and, when it fails for an unknown
-/// `kid`, once more after reloading them from the store — the one place a
-/// token's unknown key can cause a store read.
-pub(crate) async fn verify_reloading<T, E>(
-    app: &AppState,
-    verify: impl Fn(&crate::keys::KeySet) -> Result<T, E>,
-    unknown_key: impl Fn(&E) -> bool,
-) -> Result<T, E> {
-    let first = verify(&app.keys.snapshot());
-    match &first {
-        Err(e) if unknown_key(e) => {}
-        _ => return first,
-    }
-    // Unknown kids are cheap to send: reload at most once per interval, one at a time.
-    if !app.keys.try_begin_reload(app.clock.now_ms()) {
-        return first;
-    }
-    match manage::load(&app.store, &app.kek, app.clock.now()).await {
-        Ok(set) => {
-            app.keys.replace(set);
-            verify(&app.keys.snapshot())
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "could not reload signing keys");
-            first
-        }
-    }
+    capability::verify(token, &app.keys.snapshot(), &app.config.issuer, &aud, now)
 }
 
 refusals!(ExchangeRefusals {

@@ -84,7 +84,7 @@ where
             req.extensions_mut().insert(RequestId(id.clone()));
             let started = Instant::now();
             // The fields are formatted only if a subscriber takes the span.
-            let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
+            let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path(), version = ?req.version());
             // A body the handler leaves unread is read before the answer
             // (an early refusal over HTTP/2 would otherwise reset the stream).
             // HTTP/1 needs none of it (hyper closes or reads on), and a client

@@ -40,6 +40,7 @@ pub mod policy;
 pub mod refusals;
 pub mod revocations;
 pub mod runs;
+pub mod status;
 mod unread;
 
 use crate::app::AppState;
@@ -89,6 +90,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(audit::list))
         .routes(routes!(admin::rotate_key))
         .routes(routes!(admin::list_keys))
+        .routes(routes!(status::status))
         .routes(routes!(audit::verify))
         .routes(routes!(audit::check_checkpoints))
         .routes(routes!(audit::latest_checkpoint))

@@ -55,6 +55,7 @@ pub async fn reload(
         Ok(done) => Ok(Json(PolicyReloadResponse {
             policies: done.policies,
             sha256: done.sha256,
+            version: done.version,
             revoked: done.revoked,
         })),
         Err(ReloadError::Invalid(errors)) => {

@@ -126,8 +126,12 @@ impl WriteOp for WitnessOutcome {
 /// Every signing key this broker ever used, to verify checkpoints with
 /// (they never expire); `None`, logged, when they cannot be loaded.
 pub async fn verifying_keys(app: &App) -> Option<KeySet> {
-    match crate::keys::manage::every_key(&app.store, &app.kek, app.keys.snapshot().active.clone())
-        .await
+    match crate::keys::manage::every_key(
+        &app.store,
+        &app.kek,
+        app.keys.snapshot().signer(app.clock.now()).clone(),
+    )
+    .await
     {
         Ok(keys) => Some(keys),
         Err(e) => {
@@ -228,7 +232,7 @@ pub async fn take(app: &App, force: bool) -> Result<Option<i64>, StoreError> {
         audit_key: key.id.clone(),
         unkeyed_until_seq: key.unkeyed_until_seq,
     };
-    let jws = jwt::encode(&keys.active, CHECKPOINT_TYP, &claims);
+    let jws = jwt::encode(keys.signer(now), CHECKPOINT_TYP, &claims);
     let fresh = store
         .writer()
         .submit(InsertCheckpoint {

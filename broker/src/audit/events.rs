@@ -21,6 +21,9 @@ pub const LEASE_REVOKED: &str = "lease.revoked";
 pub const LEASE_REVOCATION_FAILED: &str = "lease.revocation_failed";
 pub const POLICY_RELOADED: &str = "policy.reloaded";
 pub const POLICY_RELOAD_REJECTED: &str = "policy.reload_rejected";
+/// A broker's start published its policy files as a new version (a reload's
+/// publication is its `policy.reloaded` row).
+pub const POLICY_PUBLISHED: &str = "policy.published";
 pub const KEY_CREATED: &str = "key.created";
 pub const KEY_ROTATED: &str = "key.rotated";
 pub const RUNTIME_CREATED: &str = "runtime.created";
@@ -72,6 +75,7 @@ pub const ALL: &[&str] = &[
     LEASE_REVOCATION_FAILED,
     POLICY_RELOADED,
     POLICY_RELOAD_REJECTED,
+    POLICY_PUBLISHED,
     KEY_CREATED,
     KEY_ROTATED,
     RUNTIME_CREATED,

@@ -200,10 +200,13 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             if remote.json {
                 print_json(&v);
             } else {
-                println!("new signing key {}", v.kid);
+                println!(
+                    "new signing key {}: published now, signing from {}",
+                    v.kid, v.signs_from
+                );
                 if let Some(prev) = &v.previous_kid {
                     println!(
-                        "previous key {prev} stays published until {}",
+                        "previous key {prev} signs until then and stays published until {}",
                         v.previous_published_until.as_deref().unwrap_or("")
                     );
                 }
@@ -215,7 +218,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 &remote,
                 &v,
                 "keys",
-                &["kid", "state", "created_at", "publish_until"],
+                &["kid", "state", "signs_from", "retired_at", "publish_until"],
             );
         }
         Command::Serve(_)

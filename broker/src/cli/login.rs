@@ -206,6 +206,7 @@ pub async fn status(remote: Remote) -> anyhow::Result<()> {
     let client = admin(&remote)?;
     let ready = client.ready().await.map_err(said)?;
     let keys = client.keys().await.map_err(said)?;
+    let replicas = client.status().await.map_err(said)?;
     // As the client reached it: `host:port` is shown as `http://host:port`.
     let addr = tessera_client::broker_address(&remote.addr);
     let active = keys
@@ -213,21 +214,66 @@ pub async fn status(remote: Remote) -> anyhow::Result<()> {
         .iter()
         .find(|k| k.state == "active")
         .map(|k| k.kid.clone());
+    let scheduled = keys.keys.iter().find(|k| k.state == "scheduled");
     if remote.json {
         print_json(&serde_json::json!({
             "addr": addr,
             "ready": ready.status == "ready",
+            "reasons": ready.reasons,
             "admin_token": "accepted",
             "signing_keys": keys.keys.len(),
             "active_kid": active,
+            "scheduled_kid": scheduled.map(|k| &k.kid),
+            "store": replicas.store,
+            "published_policy": replicas.published_policy,
+            "replicas": replicas.replicas,
         }));
-    } else {
-        println!("broker:      {addr} ({})", ready.status);
-        println!("admin token: accepted");
+        return Ok(());
+    }
+    println!("broker:      {addr} ({})", ready.status);
+    for r in &ready.reasons {
+        println!("  not ready: {} ({})", r.code, r.message);
+    }
+    println!("admin token: accepted");
+    println!(
+        "signing keys: {} (active {})",
+        keys.keys.len(),
+        active.as_deref().unwrap_or("none")
+    );
+    if let Some(k) = scheduled {
+        println!("  {} signs from {}", k.kid, k.signs_from);
+    }
+    let short = |s: &str| s.get(..12).unwrap_or(s).to_owned();
+    match &replicas.published_policy {
+        Some(p) => println!(
+            "policy:      version {} (sha256 {}), published {} by {} ({})",
+            p.version,
+            short(&p.sha256),
+            p.published_at,
+            short(&p.replica),
+            p.trigger
+        ),
+        None => println!("policy:      no version published"),
+    }
+    println!("store:       {}", replicas.store);
+    println!("replicas:    {}", replicas.replicas.len());
+    for r in &replicas.replicas {
+        let behind = match (&replicas.published_policy, r.policy_version) {
+            (Some(p), Some(v)) if v < p.version => " BEHIND",
+            _ => "",
+        };
         println!(
-            "signing keys: {} (active {})",
-            keys.keys.len(),
-            active.as_deref().unwrap_or("none")
+            "  {}{} {}:{} v{} policy {} (sha256 {}){behind} key {} up {}s{}",
+            short(&r.id),
+            if r.this { "*" } else { " " },
+            r.machine,
+            r.pid,
+            r.software.as_deref().unwrap_or("?"),
+            r.policy_version.map_or("?".into(), |v| v.to_string()),
+            r.policy_sha256.as_deref().map_or("?".into(), short),
+            r.signing_kid.as_deref().map_or("?".into(), short),
+            r.uptime_seconds,
+            if r.live { "" } else { " (no heartbeat)" },
         );
     }
     Ok(())

@@ -341,9 +341,9 @@ async fn reload(remote: super::Remote) -> anyhow::Result<()> {
         super::remote::print_json(&v);
     } else {
         println!(
-            "policy reloaded: {} policies in force (sha256 {}); {} live capabilities \
+            "policy reloaded: version {}, {} policies in force (sha256 {}); {} live capabilities \
                  the new policy no longer grants were revoked",
-            v.policies, v.sha256, v.revoked
+            v.version, v.policies, v.sha256, v.revoked
         );
     }
     Ok(())

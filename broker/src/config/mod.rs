@@ -16,6 +16,7 @@ pub mod gateway;
 pub mod http;
 pub mod oauth;
 pub mod operations;
+pub mod replicas;
 
 pub use approvals::ApprovalsConfig;
 pub use audit::AuditConfig;
@@ -23,6 +24,7 @@ pub use gateway::GatewayConfig;
 pub use http::{AllowedHosts, HttpConfig};
 pub use oauth::OAuthConfig;
 pub use operations::OperationsConfig;
+pub use replicas::ReplicasConfig;
 // Owned by the backend kinds and the settings leaf; named here too because the
 // configuration is where callers look for them.
 pub use crate::backends::settings::BackendConfig;
@@ -70,6 +72,8 @@ struct RawConfig {
     readiness: operations::RawReadiness,
     #[serde(default)]
     retention: operations::RawRetention,
+    #[serde(default)]
+    replicas: replicas::RawReplicas,
     #[serde(default)]
     /// Each table is parsed by its `kind` (each kind has its own keys).
     backends: BTreeMap<String, RawTable>,
@@ -204,6 +208,8 @@ pub struct Config {
     pub oauth: OAuthConfig,
     /// The shutdown deadline, the store's request-path timeout, readiness.
     pub operations: OperationsConfig,
+    /// `[replicas]`: key pre-publication and policy versions across brokers.
+    pub replicas: ReplicasConfig,
     pub backends: BTreeMap<String, BackendConfig>,
 }
 
@@ -424,6 +430,9 @@ impl Config {
                 raw.retention,
             ))
             .unwrap_or_default();
+        let replicas = p
+            .take(replicas::resolve(raw.replicas, operations.store_timeout))
+            .unwrap_or_default();
         let gateway = p
             .take(gateway::resolve(raw.gateway.unwrap_or_default(), &backends))
             .flatten();
@@ -476,6 +485,7 @@ impl Config {
             gateway,
             oauth,
             operations,
+            replicas,
             backends,
         })
     }

@@ -332,14 +332,18 @@ mod tests {
         let k = ClientKey::new();
         let signing = crate::keys::SigningKey::generate().0;
         let token = crate::keys::jwt::encode(&signing, "x+jwt", &serde_json::json!({"sub": "a"}));
-        let set = crate::keys::KeySet {
-            active: std::sync::Arc::new(crate::keys::SigningKey::generate().0),
-            published: vec![crate::keys::ring_set::PublishedKey {
+        let signer = crate::keys::ring_set::Signer {
+            key: std::sync::Arc::new(crate::keys::SigningKey::generate().0),
+            from: 0,
+        };
+        let set = crate::keys::KeySet::new(
+            vec![signer],
+            vec![crate::keys::ring_set::PublishedKey {
                 kid: signing.kid().to_owned(),
                 public: signing.public_key(),
                 publish_until: None,
             }],
-        };
+        );
         let n = 2_000;
         let proofs: Vec<_> = (0..n)
             .map(|_| headers(&k.proof("POST", "https://b.example/v1/exchange", 100, Some(&token))))

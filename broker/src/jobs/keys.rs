@@ -1,16 +1,19 @@
 //! Signing-key refresh: picks up keys rotated by another replica.
 //!
-//! Why a loop although unknown kids trigger a reload: those reloads are
-//! throttled (a forged kid must not make every request read the store), so
-//! this bounds how long a key rotated elsewhere can go unrecognised here.
+//! The only way a key reaches this broker from the store: an unknown `kid` in a
+//! token never causes a read (anyone can send one). That is safe because a
+//! rotated-in key signs only `[replicas] key_prepublish` after it is stored,
+//! longer than one refresh interval plus a store timeout, so every replica has
+//! loaded it before any token it signed exists ([`crate::keys::ring_set`]).
 
 use crate::app::AppState;
 use crate::keys::manage;
-use std::time::Duration;
 
-/// Reloads the key set every 5 s; a failure is logged and the old set kept.
+/// Reloads the key set every `[replicas] key_refresh`; a failure is logged
+/// and the old set kept (its scheduled keys still take over on time).
 pub async fn refresh(app: AppState) {
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut tick = tokio::time::interval(app.config.replicas.key_refresh);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         match manage::load(&app.store, &app.kek, app.clock.now()).await {

@@ -37,7 +37,7 @@ pub struct Running {
 
 /// Starts every background job of a serving broker.
 pub fn start(app: &AppState) -> Running {
-    tokio::spawn(keys::refresh(app.clone()));
+    start_replica_sync(app);
     tokio::spawn(expiry::run(app.clone(), app.config.expiry_sweep_interval));
     tokio::spawn(policy::reload_on_sighup(app.clone()));
     if let Some(every) = app.config.policy_watch_interval {
@@ -53,6 +53,13 @@ pub fn start(app: &AppState) -> Running {
         heartbeat: tokio::spawn(revocation::heartbeat(app.clone())),
         checkpoints: tokio::spawn(crate::audit::checkpoint::run(app.clone())),
     }
+}
+
+/// The jobs through which this broker learns what other replicas on its
+/// store did: rotated keys and published policy versions.
+pub fn start_replica_sync(app: &AppState) {
+    tokio::spawn(keys::refresh(app.clone()));
+    tokio::spawn(policy::sync(app.clone()));
 }
 
 impl Running {

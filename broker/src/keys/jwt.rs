@@ -116,14 +116,18 @@ mod tests {
 
     fn set() -> (KeySet, Arc<SigningKey>) {
         let key = Arc::new(SigningKey::generate().0);
-        let set = KeySet {
-            active: key.clone(),
-            published: vec![PublishedKey {
+        let signer = super::super::ring_set::Signer {
+            key: key.clone(),
+            from: 0,
+        };
+        let set = KeySet::new(
+            vec![signer],
+            vec![PublishedKey {
                 kid: key.kid().to_owned(),
                 public: key.public_key(),
                 publish_until: None,
             }],
-        };
+        );
         (set, key)
     }
 

@@ -1,7 +1,7 @@
 //! Loading, creating and rotating signing keys through the store.
 
 use super::kek::Kek;
-use super::ring_set::{KeySet, PublishedKey};
+use super::ring_set::{KeySet, PublishedKey, Signer};
 use super::signing::SigningKey;
 use crate::audit::{events, AuditEvent};
 use crate::store::keys::{load_all, InsertKey, KeyRow};
@@ -23,20 +23,20 @@ pub enum KeyStoreError {
 /// Builds the key set from the store at `now`.
 pub async fn load(store: &Store, kek: &Kek, now: i64) -> Result<KeySet, KeyStoreError> {
     let rows = load_all(store).await?;
-    // The newest active row that really is ours: a junk row planted by someone
-    // without the KEK can neither become the signing key nor stop the broker.
-    let active_row = rows
+    // The keys that sign now or are scheduled to, and really are ours: a junk
+    // row planted by someone without the KEK can neither sign nor stop the broker.
+    let signers: Vec<Signer> = rows
         .iter()
-        .filter(|r| r.retired_at.is_none() && verified_public(kek, r).is_some())
-        .max_by(|a, b| (a.created_at, &a.kid).cmp(&(b.created_at, &b.kid)))
-        .ok_or(KeyStoreError::NoActiveKey)?;
-    let der = kek
-        .open(&active_row.sealed_private_key, &active_row.kid)
-        .map_err(|_| KeyStoreError::Sealed(active_row.kid.clone()))?;
-    let active =
-        SigningKey::from_pkcs8(&der).map_err(|_| KeyStoreError::Sealed(active_row.kid.clone()))?;
-    if active.kid() != active_row.kid {
-        return Err(KeyStoreError::Sealed(active_row.kid.clone()));
+        .filter(|r| r.retired_at.is_none_or(|at| now < at))
+        .filter_map(|r| {
+            open_row(kek, r).map(|key| Signer {
+                key: Arc::new(key),
+                from: r.signs_from.unwrap_or(r.created_at),
+            })
+        })
+        .collect();
+    if signers.is_empty() {
+        return Err(KeyStoreError::NoActiveKey);
     }
     // A public key is trusted only if it comes from a private key sealed under our
     // KEK with its own kid: someone who can write the table but lacks the KEK
@@ -56,24 +56,26 @@ pub async fn load(store: &Store, kek: &Kek, now: i64) -> Result<KeySet, KeyStore
             }
         })
         .collect();
-    Ok(KeySet {
-        active: Arc::new(active),
-        published,
-    })
+    Ok(KeySet::new(signers, published))
+}
+
+/// The private key of a stored row; `None` unless it opens under `kek`, its
+/// kid is its thumbprint and the stored public key matches.
+fn open_row(kek: &Kek, row: &KeyRow) -> Option<SigningKey> {
+    let der = kek.open(&row.sealed_private_key, &row.kid).ok()?;
+    let key = SigningKey::from_pkcs8(&der).ok()?;
+    let stored = URL_SAFE_NO_PAD.decode(&row.public_key).ok()?;
+    (key.kid() == row.kid && stored.as_slice() == key.public_key().as_slice()).then_some(key)
 }
 
 /// The public key of a stored row, derived from its sealed private key; `None`
 /// unless the private key opens, its kid is its thumbprint and the stored public
 /// key matches.
 fn verified_public(kek: &Kek, row: &KeyRow) -> Option<[u8; 32]> {
-    let der = kek.open(&row.sealed_private_key, &row.kid).ok()?;
-    let key = SigningKey::from_pkcs8(&der).ok()?;
-    let stored = URL_SAFE_NO_PAD.decode(&row.public_key).ok()?;
-    (key.kid() == row.kid && stored.as_slice() == key.public_key().as_slice())
-        .then(|| key.public_key())
+    open_row(kek, row).map(|key| key.public_key())
 }
 
-fn new_row(kek: &Kek, now: i64) -> KeyRow {
+fn new_row(kek: &Kek, now: i64, signs_from: i64) -> KeyRow {
     let (key, der) = SigningKey::generate();
     KeyRow {
         kid: key.kid().to_owned(),
@@ -82,19 +84,22 @@ fn new_row(kek: &Kek, now: i64) -> KeyRow {
         created_at: now,
         retired_at: None,
         publish_until: None,
+        signs_from: Some(signs_from),
     }
 }
 
-/// Loads the key set, creating the first key when the store has none.
+/// Loads the key set, creating the first key when the store has none (once,
+/// however many replicas start together: the insert is skipped when another
+/// committed a key first).
 pub async fn load_or_create(store: &Store, kek: &Kek, now: i64) -> Result<KeySet, KeyStoreError> {
     match load(store, kek, now).await {
         Err(KeyStoreError::NoActiveKey) => {
-            let row = new_row(kek, now);
+            let row = new_row(kek, now, now);
             store
                 .writer()
                 .submit(InsertKey {
                     row,
-                    retire_until: None,
+                    retire: None,
                     audit: AuditEvent::new(events::KEY_CREATED, "broker", "allow"),
                 })
                 .await?;
@@ -104,34 +109,53 @@ pub async fn load_or_create(store: &Store, kek: &Kek, now: i64) -> Result<KeySet
     }
 }
 
-/// Rotates: a new active key; the old ones stay published until `publish_until`.
+/// What a rotation did.
+#[derive(Debug)]
+pub struct Rotated {
+    pub kid: String,
+    /// When the new key starts signing (Unix second).
+    pub signs_from: i64,
+    /// The keys it takes over from.
+    pub retired: Vec<String>,
+}
+
+/// Rotates: a new key, published at once and signing `prepublish` seconds
+/// after its commit; the keys it takes over from sign until then and stay
+/// published `keep` seconds longer.
 pub async fn rotate(
     store: &Store,
     kek: &Kek,
     now: i64,
-    publish_until: i64,
+    prepublish: i64,
+    keep: i64,
     mut audit: AuditEvent,
-) -> Result<(KeySet, Vec<String>), KeyStoreError> {
-    let row = new_row(kek, now);
+) -> Result<(KeySet, Rotated), KeyStoreError> {
+    let row = new_row(kek, now, now);
+    let kid = row.kid.clone();
     audit.event = events::KEY_ROTATED;
-    let retired = store
+    let (retired, signs_from) = store
         .writer()
         .submit(InsertKey {
             row,
-            retire_until: Some(publish_until),
+            retire: Some((prepublish, keep)),
             audit,
         })
         .await?;
-    Ok((load(store, kek, now).await?, retired))
+    let rotated = Rotated {
+        kid,
+        signs_from,
+        retired,
+    };
+    Ok((load(store, kek, now).await?, rotated))
 }
 
 /// Every signing key this broker ever used (retired ones included) whose row
 /// opens under `kek`, as a key set for verifying what never expires (audit
-/// checkpoints). `active` is the current signing key.
+/// checkpoints). `signer` is the key that signs now.
 pub async fn every_key(
     store: &Store,
     kek: &Kek,
-    active: Arc<SigningKey>,
+    signer: Arc<SigningKey>,
 ) -> Result<KeySet, KeyStoreError> {
     let rows = load_all(store).await?;
     let published = rows
@@ -144,5 +168,9 @@ pub async fn every_key(
             })
         })
         .collect();
-    Ok(KeySet { active, published })
+    let signers = vec![Signer {
+        key: signer,
+        from: i64::MIN,
+    }];
+    Ok(KeySet::new(signers, published))
 }

@@ -1,13 +1,20 @@
-//! The key ring: which key signs now, and which public keys verify.
+//! The key ring: which key signs at a given moment, and which public keys verify.
 //!
-//! A [`KeySet`] is an immutable snapshot (active key + published public keys);
-//! the [`KeyRing`] swaps snapshots atomically when a key is rotated or the store
-//! shows another replica rotated. A retired key stays published until every token
-//! it signed has expired (`publish_until`), then drops out of the JWKS and stops
-//! verifying.
+//! A [`KeySet`] is an immutable snapshot of the signing keys the store holds;
+//! the [`KeyRing`] swaps snapshots atomically when this broker rotates or its
+//! periodic refresh ([`crate::jobs::keys`]) reads the store.
+//!
+//! Why a key signs from a moment rather than from when it is read: with
+//! several replicas, a rotated-in key is *published* first (it verifies and is
+//! in the JWKS everywhere) and starts signing only at its `signs_from`, later
+//! than every replica's next refresh. Each snapshot holds the keys that sign
+//! now and the ones scheduled to, so every replica switches at that moment
+//! without another store read, and no replica ever meets a token whose key it
+//! has not loaded. A retired key stays published until every token it could
+//! have signed has expired (`publish_until`), then drops out of the JWKS and
+//! stops verifying.
 
 use super::signing::{public_jwk, SigningKey};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use tessera_client::types::Jwks;
 
@@ -15,18 +22,48 @@ use tessera_client::types::Jwks;
 pub struct PublishedKey {
     pub kid: String,
     pub public: [u8; 32],
-    /// `None` for the active key; otherwise the Unix second after which tokens
-    /// signed with it can no longer be valid.
+    /// `None` while the key signs or is scheduled to; otherwise the Unix second
+    /// after which tokens signed with it can no longer be valid.
     pub publish_until: Option<i64>,
+}
+
+/// A key that signs from `from` (Unix second) until a newer key takes over.
+#[derive(Debug, Clone)]
+pub struct Signer {
+    pub key: Arc<SigningKey>,
+    pub from: i64,
 }
 
 #[derive(Debug)]
 pub struct KeySet {
-    pub active: Arc<SigningKey>,
+    /// Keys that sign now or are scheduled to, oldest `from` first; never empty.
+    signers: Vec<Signer>,
     pub published: Vec<PublishedKey>,
 }
 
 impl KeySet {
+    /// A set from its signers (any order; at least one) and published keys.
+    pub fn new(mut signers: Vec<Signer>, published: Vec<PublishedKey>) -> Self {
+        assert!(!signers.is_empty(), "a key set has a signing key");
+        signers.sort_by(|a, b| (a.from, a.key.kid()).cmp(&(b.from, b.key.kid())));
+        KeySet { signers, published }
+    }
+
+    /// The key that signs at `now`: the newest whose time has come (the
+    /// oldest, should the clock run behind every key's start).
+    pub fn signer(&self, now: i64) -> &Arc<SigningKey> {
+        let due = self.signers.iter().rev().find(|s| s.from <= now);
+        &due.unwrap_or(&self.signers[0]).key
+    }
+
+    /// The next key scheduled to sign after `now`, and from when.
+    pub fn next_signer(&self, now: i64) -> Option<(&str, i64)> {
+        self.signers
+            .iter()
+            .find(|s| s.from > now)
+            .map(|s| (s.key.kid(), s.from))
+    }
+
     /// The public key for `kid`, if it verifies at `now`.
     pub fn verifying_key(&self, kid: &str, now: i64) -> Option<&[u8; 32]> {
         self.published
@@ -35,7 +72,8 @@ impl KeySet {
             .map(|k| &k.public)
     }
 
-    /// The JWKS document at `now`.
+    /// The JWKS document at `now`: scheduled keys included, so verifiers
+    /// elsewhere know a key before it signs.
     pub fn jwks(&self, now: i64) -> Jwks {
         let keys: Vec<_> = self
             .published
@@ -49,30 +87,13 @@ impl KeySet {
 
 pub struct KeyRing {
     current: RwLock<Arc<KeySet>>,
-    /// When an on-demand reload (for an unknown kid) last started, Unix ms.
-    last_reload_ms: AtomicI64,
 }
-
-/// Least time between two on-demand reloads.
-const RELOAD_INTERVAL_MS: i64 = 5_000;
 
 impl KeyRing {
     pub fn new(set: KeySet) -> Self {
         Self {
             current: RwLock::new(Arc::new(set)),
-            last_reload_ms: AtomicI64::new(i64::MIN / 2),
         }
-    }
-
-    /// Claims the right to reload now; false if a reload started less than
-    /// [`RELOAD_INTERVAL_MS`] ago (so forged kids cannot drive store reads).
-    pub fn try_begin_reload(&self, now_ms: i64) -> bool {
-        let last = self.last_reload_ms.load(Ordering::Relaxed);
-        now_ms - last >= RELOAD_INTERVAL_MS
-            && self
-                .last_reload_ms
-                .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
     }
 
     pub fn snapshot(&self) -> Arc<KeySet> {
@@ -88,5 +109,30 @@ impl KeyRing {
             Err(poisoned) => poisoned.into_inner(),
         };
         *g = Arc::new(set);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signer(from: i64) -> Signer {
+        Signer {
+            key: Arc::new(SigningKey::generate().0),
+            from,
+        }
+    }
+
+    #[test]
+    fn the_newest_key_whose_time_has_come_signs() {
+        let (a, b, c) = (signer(0), signer(100), signer(200));
+        let kids = [a.key.kid(), b.key.kid(), c.key.kid()].map(str::to_owned);
+        let set = KeySet::new(vec![c, a, b], Vec::new());
+        assert_eq!(set.signer(-5).kid(), kids[0], "clock behind every key");
+        assert_eq!(set.signer(99).kid(), kids[0]);
+        assert_eq!(set.signer(100).kid(), kids[1]);
+        assert_eq!(set.signer(250).kid(), kids[2]);
+        assert_eq!(set.next_signer(99), Some((kids[1].as_str(), 100)));
+        assert_eq!(set.next_signer(200), None);
     }
 }

@@ -9,7 +9,7 @@
 //! the transitive closure of user groups is computed once here, never per request.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
 use cedar_policy::{Entities, PolicyId, PolicySet, Schema, ValidationMode, Validator};
@@ -32,7 +32,7 @@ impl<'a> Named<'a> {
         }
     }
 
-    fn diag(
+    pub(super) fn diag(
         &self,
         offset: Option<usize>,
         message: String,
@@ -66,53 +66,10 @@ impl<'a> Named<'a> {
 }
 
 pub(super) fn load_dir(dir: &Path) -> Result<PolicyEngine, PolicyLoadError> {
-    let read = |name: &str| -> Result<(String, String), PolicyLoadError> {
-        let path = dir.join(name);
-        let shown = path.display().to_string();
-        std::fs::read_to_string(&path)
-            .map(|text| (shown.clone(), text))
-            .map_err(|e| one(Named::new(shown, "").diag(None, format!("cannot read: {e}"), None)))
-    };
-    let listing = std::fs::read_dir(dir).map_err(|e| {
-        one(Named::new(dir.display().to_string(), "").diag(
-            None,
-            format!("cannot list policy directory: {e}"),
-            None,
-        ))
-    })?;
-    let mut names: Vec<PathBuf> = Vec::new();
-    for entry in listing {
-        let entry = entry.map_err(|e| {
-            one(Named::new(dir.display().to_string(), "").diag(
-                None,
-                format!("cannot list policy directory: {e}"),
-                None,
-            ))
-        })?;
-        let path = entry.path();
-        if path.extension().is_some_and(|x| x == "cedar") && path.is_file() {
-            names.push(path);
-        }
-    }
-    names.sort();
-    let mut files = Vec::with_capacity(names.len());
-    for path in &names {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        files.push(read(&name)?);
-    }
-    let (schema_name, schema) = read("schema.cedarschema")?;
-    let (entities_name, entities) = read("entities.json")?;
-    build(
-        &Named::new(schema_name, &schema),
-        &files,
-        &Named::new(entities_name, &entities),
-    )
+    super::files::PolicyFiles::read_dir(dir)?.compile(dir)
 }
 
-fn one(d: PolicyDiagnostic) -> PolicyLoadError {
+pub(super) fn one(d: PolicyDiagnostic) -> PolicyLoadError {
     PolicyLoadError {
         diagnostics: vec![d],
     }

@@ -22,6 +22,7 @@ mod decision_cache;
 pub mod effective;
 pub mod example;
 pub mod explain;
+pub mod files;
 mod glob;
 mod lint;
 mod load;

@@ -161,3 +161,61 @@ pub async fn claimants(
         })
         .collect()
 }
+
+/// What this instance enforces, for `GET /v1/admin/status` on any replica.
+pub struct ReportStatus {
+    pub instance_id: String,
+    pub policy_version: i64,
+    pub policy_sha256: String,
+    pub signing_kid: String,
+    pub software: String,
+    pub listen: String,
+}
+
+impl WriteOp for ReportStatus {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let q = ctx.sql(
+                "UPDATE broker_instances SET policy_version = $1, policy_sha256 = $2, \
+                 signing_kid = $3, software = $4, listen = $5 WHERE id = $6",
+            );
+            stmt(&q)
+                .bind(self.policy_version)
+                .bind(&self.policy_sha256)
+                .bind(&self.signing_kid)
+                .bind(&self.software)
+                .bind(&self.listen)
+                .bind(&self.instance_id)
+                .execute(&mut ctx.conn)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+/// An instance with what it last reported (`GET /v1/admin/status`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StatusRow {
+    pub id: String,
+    pub machine: String,
+    pub pid: i64,
+    pub started_at: i64,
+    pub heartbeat_at: i64,
+    pub software: Option<String>,
+    pub listen: Option<String>,
+    pub policy_version: Option<i64>,
+    pub policy_sha256: Option<String>,
+    pub signing_kid: Option<String>,
+}
+
+/// Instances not stopped that beat since `since`, oldest first.
+pub async fn running(store: &Store, since: i64) -> Result<Vec<StatusRow>, StoreError> {
+    let q = store.sql(
+        "SELECT id, machine, pid, started_at, heartbeat_at, software, listen, policy_version, \
+         policy_sha256, signing_kid FROM broker_instances \
+         WHERE stopped_at IS NULL AND heartbeat_at >= $1 ORDER BY started_at, id",
+    );
+    let rows = sqlx::query(&q).bind(since).fetch_all(store.pool()).await?;
+    rows.iter().map(decode).collect()
+}

@@ -17,6 +17,7 @@ pub mod health;
 pub mod holds;
 pub mod instances;
 pub mod keys;
+pub mod policy_versions;
 pub mod query;
 pub mod rate;
 pub mod retention;

@@ -56,6 +56,37 @@ async fn rotation_keeps_old_tokens_valid_until_they_expire(app: TestApp) {
     assert_eq!(r["previous_kid"], old_kid);
     assert_ne!(r["kid"], old_kid);
 
+    // Published at once, signing only after the pre-publication (30 s by
+    // default): until then the old key signs.
+    let still = app
+        .capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
+    assert_eq!(header_of(still["token"].as_str().unwrap())["kid"], old_kid);
+    let listed: Value = app
+        .get("/v1/admin/keys", Some(&app.admin_token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let entry = |kid: &Value| {
+        listed["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| &k["kid"] == kid)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(entry(&r["kid"])["state"], "scheduled", "{listed}");
+    assert_eq!(entry(&r["kid"])["signs_from"], r["signs_from"]);
+    assert_eq!(entry(&old_kid)["state"], "active", "{listed}");
+    assert_eq!(entry(&old_kid)["retired_at"], r["signs_from"]);
+    app.state.clock.advance(Duration::from_secs(29));
+    let still = app
+        .capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
+    assert_eq!(header_of(still["token"].as_str().unwrap())["kid"], old_kid);
+    app.state.clock.advance(Duration::from_secs(1));
     let new = app
         .capability_ok(&token, "read", "svc-reports:reports/q1")
         .await;
@@ -80,6 +111,14 @@ async fn rotation_keeps_old_tokens_valid_until_they_expire(app: TestApp) {
         app.exchange(old["token"].as_str().unwrap()).await.status(),
         StatusCode::OK,
         "old token still verifies"
+    );
+
+    assert_eq!(
+        app.exchange(still["token"].as_str().unwrap())
+            .await
+            .status(),
+        StatusCode::OK,
+        "a token the old key signed in its last second verifies"
     );
 
     // Once every token the old key could have signed has expired, it is unpublished.

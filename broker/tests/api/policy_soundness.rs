@@ -535,7 +535,8 @@ async fn a_claim_edited_under_a_valid_signature_is_refused(app: TestApp) {
     for (name, edit) in edits {
         let mut forged = claims.clone();
         edit(&mut forged);
-        let token = tessera_broker::keys::jwt::encode(&keys.active, CAPABILITY_TYP, &forged);
+        let token =
+            tessera_broker::keys::jwt::encode(keys.signer(i64::MAX), CAPABILITY_TYP, &forged);
         let resp = app.exchange(&token).await;
         assert_error(resp, StatusCode::UNAUTHORIZED, "invalid_token").await;
         let rows = app
@@ -558,7 +559,7 @@ async fn a_claim_edited_under_a_valid_signature_is_refused(app: TestApp) {
     forged.res = "svc-reports:reports/*".into();
     let app = app.restart().await;
     let keys = app.state.keys.snapshot();
-    let token = tessera_broker::keys::jwt::encode(&keys.active, CAPABILITY_TYP, &forged);
+    let token = tessera_broker::keys::jwt::encode(keys.signer(i64::MAX), CAPABILITY_TYP, &forged);
     assert_error(
         app.exchange(&token).await,
         StatusCode::UNAUTHORIZED,

@@ -61,9 +61,11 @@ async fn tls_with_mtls_for_runtimes() {
     );
     let store = format!("sqlite://{}", dir.0.join("t.db").display());
     let env = move |k: &str| (k == "TESSERA_STORE_URL").then(|| store.clone());
+    crate::support::app::write_policy_dir(&dir.0.join("policy"));
     let overrides = Overrides {
         dev: true,
         data_dir: Some(dir.0.clone()),
+        policy_dir: Some(dir.0.join("policy")),
         ..Default::default()
     };
     let config = Config::from_toml(&toml, &overrides, &env).unwrap();
@@ -228,7 +230,7 @@ async fn early_refusals_over_http2_arrive_as_json() {
     let ca = write("ca.pem", &pki.ca_pem);
     let config = format!(
         "[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nclient_ca_file = \"{ca}\"\n\n\
-         [http]\nallowed_hosts = [\"tessera.test\"]\n",
+         [http]\nallowed_hosts = [\"tessera.test\", \"localhost\"]\n",
         write("server.pem", &pki.server.0),
         write("server.key", &pki.server.1),
     );
@@ -321,4 +323,25 @@ async fn early_refusals_over_http2_arrive_as_json() {
         );
         assert!(stdout.ends_with("2 201"), "{stdout}");
     }
+    // The Rust client negotiates HTTP/2 over TLS and gets the refusal as its
+    // error, with its code (not a stream reset).
+    let rust = tessera_client::Client::builder()
+        .address(format!("https://localhost:{port}"))
+        .ca_pem(pki.ca_pem.clone())
+        .run_token(secrecy::SecretString::from("tsr_run_garbage".to_owned()))
+        .build()
+        .unwrap();
+    match rust.capability("read", "svc-reports:reports/q1").await {
+        Err(tessera_client::Error::Unauthenticated { code, .. }) => {
+            assert_eq!(code, "unauthenticated")
+        }
+        other => panic!("expected 401 unauthenticated, got {other:?}"),
+    }
+    let log = std::fs::read_to_string(&broker.log).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("version=HTTP/2.0")
+            && l.contains("/v1/capabilities")
+            && l.contains("request refused")),
+        "the Rust client's request was not HTTP/2:\n{log}"
+    );
 }

@@ -118,7 +118,7 @@ async fn broker_signed_but_misdirected_tokens_are_rejected(app: TestApp) {
     let good: CapabilityClaims =
         serde_json::from_value(claims_of(cap["token"].as_str().unwrap())).unwrap();
     let keys = app.state.keys.snapshot();
-    let sign = |c: &CapabilityClaims, typ: &str| jwt::encode(&keys.active, typ, c);
+    let sign = |c: &CapabilityClaims, typ: &str| jwt::encode(keys.signer(i64::MAX), typ, c);
 
     let mut wrong_aud = good.clone();
     wrong_aud.aud = "https://reports.internal".into();

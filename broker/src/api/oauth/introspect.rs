@@ -15,7 +15,7 @@ use crate::app::AppState;
 use crate::backends::settings::BackendConfig;
 use crate::backends::token::ACCESS_TOKEN_TYP;
 use crate::capability::check_times_and_parties;
-use crate::keys::jwt::{self, JwtError};
+use crate::keys::jwt;
 use crate::reauthorize;
 use crate::store::capabilities::{self, status};
 use axum::body::Bytes;
@@ -237,15 +237,10 @@ async fn answer(
     }))
 }
 
-/// Verifies the signature, reloading keys once if the `kid` is unknown here
-/// (another replica may have rotated).
+/// Verifies the signature against the keys in memory (an unknown `kid` reads
+/// nothing: see [`crate::api::exchange::verify_capability`]).
 async fn verify(app: &AppState, token: &str, now: i64) -> Option<OAuthAccessTokenClaims> {
-    crate::api::exchange::verify_reloading(
-        app,
-        |keys| jwt::verify::<OAuthAccessTokenClaims>(token, ACCESS_TOKEN_TYP, keys, now),
-        |e| *e == JwtError::UnknownKey,
-    )
-    .await
-    .ok()
-    .map(|(c, _)| c)
+    jwt::verify::<OAuthAccessTokenClaims>(token, ACCESS_TOKEN_TYP, &app.keys.snapshot(), now)
+        .ok()
+        .map(|(c, _)| c)
 }

@@ -55,7 +55,7 @@ impl Backend for TokenBackend {
                 args: c.args.clone(),
             };
             let keys = self.keys.snapshot();
-            let token = jwt::encode(&keys.active, ACCESS_TOKEN_TYP, &claims);
+            let token = jwt::encode(keys.signer(grant.now), ACCESS_TOKEN_TYP, &claims);
             let fields = BTreeMap::from([
                 ("token".to_owned(), serde_json::Value::String(token)),
                 ("token_type".to_owned(), "Bearer".into()),

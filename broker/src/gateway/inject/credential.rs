@@ -139,7 +139,7 @@ pub async fn inject(
                 args: None,
             };
             let keys = gw.app.keys.snapshot();
-            let jwt = crate::keys::jwt::encode(&keys.active, ACCESS_TOKEN_TYP, &claims);
+            let jwt = crate::keys::jwt::encode(keys.signer(now), ACCESS_TOKEN_TYP, &claims);
             let mut value = HeaderValue::from_str(&format!("Bearer {jwt}"))
                 .map_err(|_| unavailable("the minted token"))?;
             value.set_sensitive(true);

@@ -428,6 +428,8 @@ impl TestApp {
         )
         .await
         .expect("app builds");
+        // Keys and policy versions from other replicas, as `serve` has them.
+        tessera_broker::jobs::start_replica_sync(&state);
         let router = tessera_broker::api::router(state.clone());
         let http = state.config.http.clone();
         let server = tokio::spawn(async move {

@@ -1,4 +1,4 @@
-//! A test PKI: a CA, a server certificate for `tessera.test`, two client
+//! A test PKI: a CA, a server certificate for `tessera.test` (and `localhost`), two client
 //! certificates it signed, and a rogue one it did not.
 
 use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
@@ -32,7 +32,7 @@ pub fn pki() -> Pki {
     Pki {
         ca_pem: ca.pem(),
         server: leaf(
-            vec!["tessera.test".into()],
+            vec!["tessera.test".into(), "localhost".into()],
             ExtendedKeyUsagePurpose::ServerAuth,
             Some((&ca, &ca_key)),
         ),

@@ -1,0 +1,239 @@
+//! One policy version for every replica.
+//!
+//! Why: a reload reaches one process, and replicas see their policy files
+//! change at different moments (a Kubernetes ConfigMap reaches each pod on its
+//! own schedule), so a permit removed on one replica kept issuing on another.
+//! The policy in force is therefore a *published version* in the shared store:
+//! - a replica whose reload (admin API, SIGHUP, its file watch, its start)
+//!   reads files that differ from the newest version publishes them as the
+//!   next version, audited once; reading the files the newest version already
+//!   has publishes nothing;
+//! - every replica looks for a newer version every `[replicas] policy_sync`
+//!   and switches to it, compiled from the stored files, within that interval
+//!   (plus a store read and a compile); `/readyz` says `policy_behind` when
+//!   one has not switched within [`crate::config::ReplicasConfig::policy_lag_limit`];
+//! - a version carries a MAC under a key derived from the KEK, so a store
+//!   writer without the KEK cannot publish a policy; a version whose MAC or
+//!   hash does not check is refused by every replica (logged, readiness fails).
+//!
+//! The store stays the coordinator: version numbers are taken inside the
+//! writer's batch, which holds the audit head (serialised across replicas).
+
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::keys::Kek;
+use crate::policy::files::PolicyFiles;
+use crate::policy::PolicyEngine;
+use crate::store::policy_versions::{self as stored, Published, VersionRow};
+use crate::store::StoreError;
+use ring::hmac;
+use std::path::Path;
+
+/// The version this replica enforces (0 before the first publication).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InForce {
+    pub version: i64,
+    pub sha256: String,
+}
+
+/// Seals and checks published versions.
+pub struct PolicySeal(hmac::Key);
+
+impl std::fmt::Debug for PolicySeal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PolicySeal([redacted])")
+    }
+}
+
+impl PolicySeal {
+    pub fn new(kek: &Kek) -> Self {
+        let key = kek.derive("tessera policy versions v1");
+        PolicySeal(hmac::Key::new(hmac::HMAC_SHA256, &key[..]))
+    }
+
+    fn message(
+        version: i64,
+        sha256: &str,
+        sources: &str,
+        trigger: &str,
+        replica: &str,
+        at: i64,
+    ) -> Vec<u8> {
+        let mut m = Vec::with_capacity(sources.len() + 128);
+        m.extend_from_slice(&version.to_be_bytes());
+        m.extend_from_slice(&at.to_be_bytes());
+        for part in [sha256, trigger, replica, sources] {
+            m.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            m.extend_from_slice(part.as_bytes());
+        }
+        m
+    }
+
+    fn seal(
+        &self,
+        version: i64,
+        sha256: &str,
+        sources: &str,
+        trigger: &str,
+        replica: &str,
+        at: i64,
+    ) -> String {
+        let m = Self::message(version, sha256, sources, trigger, replica, at);
+        crate::ids::hex(hmac::sign(&self.0, &m).as_ref())
+    }
+
+    /// True when `row` was published by a broker holding this KEK, unaltered.
+    pub fn verifies(&self, row: &VersionRow) -> bool {
+        let Some(tag) = crate::ids::unhex(&row.mac) else {
+            return false;
+        };
+        let m = Self::message(
+            row.version,
+            &row.sha256,
+            &row.sources,
+            &row.trigger,
+            &row.replica,
+            row.published_at,
+        );
+        hmac::verify(&self.0, &m, &tag).is_ok()
+    }
+}
+
+/// Publishes `files` unless the newest version has them; returns what was
+/// done. `audit_unchanged`: audit even when nothing changes.
+pub async fn publish(
+    app: &App,
+    files: &PolicyFiles,
+    sha256: &str,
+    trigger: &str,
+    audit: AuditEvent,
+    audit_unchanged: bool,
+) -> Result<Published, StoreError> {
+    let sources = serde_json::to_string(files).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let seal = {
+        let (sha, src) = (sha256.to_owned(), sources.clone());
+        let (trigger, replica) = (trigger.to_owned(), app.instance.id.clone());
+        let key = PolicySeal::new(&app.kek);
+        move |version: i64, at: i64| key.seal(version, &sha, &src, &trigger, &replica, at)
+    };
+    app.store
+        .writer()
+        .submit(stored::Publish {
+            sha256: sha256.to_owned(),
+            sources,
+            trigger: trigger.to_owned(),
+            replica: app.instance.id.clone(),
+            seal: Box::new(seal),
+            verifies: Box::new({
+                let key = PolicySeal::new(&app.kek);
+                move |row: &VersionRow| key.verifies(row)
+            }),
+            audit,
+            audit_unchanged,
+        })
+        .await
+}
+
+/// At start. On SQLite (one broker) the policy files become the newest
+/// version unless they already are. On PostgreSQL a replica joining a store
+/// that has a version adopts the newest one and does not publish its files:
+/// a replica started with older files must not roll every replica back (its
+/// files are published by a reload or its watch, when they change). Only a
+/// store with no version that can be adopted gets this replica's files.
+/// The files are read once more, and what is read is what is compiled here
+/// and published, whatever changed since the start's first load.
+pub async fn publish_at_start(app: &App) -> anyhow::Result<()> {
+    let dir = app.config.policy_dir.clone();
+    let (files, engine) = tokio::task::spawn_blocking(move || {
+        let files = PolicyFiles::read_dir(&dir)?;
+        let engine = files.compile(&dir)?;
+        Ok::<_, crate::policy::PolicyLoadError>((files, engine))
+    })
+    .await?
+    .map_err(|e| anyhow::anyhow!("policy in {}:\n{e}", app.config.policy_dir.display()))?;
+    let sha256 = files.sha256();
+    if matches!(app.store.dialect(), crate::store::Dialect::Postgres) {
+        if let Some(head) = stored::newest(&app.store).await? {
+            match adopt(app, head.version).await {
+                Ok(()) => {
+                    if app.policy_in_force().sha256 != sha256 {
+                        tracing::warn!(version = head.version, published = %head.sha256, files = %sha256,
+                            "the policy files here differ from the published version in force; \
+                             not published at start (`tessera policy reload` publishes them)");
+                    }
+                    return Ok(());
+                }
+                Err(e) => tracing::error!(error = %e,
+                    "the newest published policy version cannot be adopted; publishing this broker's files"),
+            }
+        }
+    }
+    app.replace_policy(engine);
+    let mut audit = AuditEvent::new(crate::audit::events::POLICY_PUBLISHED, "start", "allow");
+    audit.detail = Some(format!(
+        "policies={} sha256={sha256}",
+        app.policy().policy_count()
+    ));
+    let published = publish(app, &files, &sha256, "start", audit, false).await?;
+    app.set_policy_in_force(InForce {
+        version: published.version(),
+        sha256: sha256.clone(),
+    });
+    match published {
+        Published::New(version) => {
+            tracing::info!(version, %sha256, "published this broker's policy files as a new version")
+        }
+        Published::Unchanged(version) => {
+            tracing::info!(version, %sha256, "policy files are the published version")
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdoptError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("policy version {0} is gone from the store")]
+    Missing(i64),
+    #[error("policy version {0} is not sealed by a broker holding this KEK; refused")]
+    Forged(i64),
+    #[error("policy version {version} does not compile here: {errors}")]
+    Invalid { version: i64, errors: String },
+}
+
+/// Switches this replica to published `version`, compiled from its stored files.
+pub async fn adopt(app: &App, version: i64) -> Result<(), AdoptError> {
+    let row = stored::load(&app.store, version)
+        .await?
+        .ok_or(AdoptError::Missing(version))?;
+    if !PolicySeal::new(&app.kek).verifies(&row) {
+        return Err(AdoptError::Forged(version));
+    }
+    let files: PolicyFiles =
+        serde_json::from_str(&row.sources).map_err(|_| AdoptError::Forged(version))?;
+    if files.sha256() != row.sha256 {
+        return Err(AdoptError::Forged(version));
+    }
+    let shown = format!("policy v{version}");
+    let compiled = tokio::task::spawn_blocking(move || files.compile(Path::new(&shown)))
+        .await
+        .map_err(|e| AdoptError::Invalid {
+            version,
+            errors: e.to_string(),
+        })?;
+    let engine: PolicyEngine = compiled.map_err(|e| AdoptError::Invalid {
+        version,
+        errors: e.to_string(),
+    })?;
+    let policies = engine.policy_count();
+    app.replace_policy(engine);
+    app.set_policy_in_force(InForce {
+        version,
+        sha256: row.sha256.clone(),
+    });
+    app.health.policy_loaded();
+    tracing::info!(version, sha256 = %row.sha256, policies, published_by = %row.replica,
+        trigger = %row.trigger, "switched to the published policy version");
+    Ok(())
+}
