@@ -164,6 +164,8 @@ bench_broker() {
   before=$(curl -s "http://127.0.0.1:$PORT/metrics")
   c0=$(echo "$before" | awk '/^tessera_store_commits_total/ {print $2}')
   local o0; o0=$(echo "$before" | awk '/^tessera_store_ops_total/ {print $2}')
+  local h0; h0=$(echo "$before" | awk '/^tessera_audit_head_held_seconds_total/ {print $2}')
+  local w0; w0=$(date +%s.%N)
   local t0; t0=$(cpu_ticks "$pid")
   TOKENS_FILE="$dir/tokens" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s bench/capabilities.lua \
     "http://127.0.0.1:$PORT/v1/capabilities" > "$OUT/$name.txt" 2> "$OUT/$name.err" || true
@@ -173,6 +175,15 @@ bench_broker() {
   c1=$(echo "$after" | awk '/^tessera_store_commits_total/ {print $2}')
   local o1; o1=$(echo "$after" | awk '/^tessera_store_ops_total/ {print $2}')
   local ops_per_commit; ops_per_commit=$(awk -v o=$((o1 - o0)) -v c=$((c1 - c0)) 'BEGIN { if (c > 0) printf "%.1f", o / c; else print "-" }')
+  # The audit chain head: how long batches held it, out of the wall time. On
+  # PostgreSQL every replica's batches queue on it, so writes/s over that
+  # fraction is what all replicas together could reach at this batch size.
+  local h1; h1=$(echo "$after" | awk '/^tessera_audit_head_held_seconds_total/ {print $2}')
+  local wall; wall=$(awk -v a="$w0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+  awk -v h="$(awk -v a="${h0:-0}" -v b="${h1:-0}" 'BEGIN { print b - a }')" -v w="$wall" \
+      -v o=$((o1 - o0)) -v c=$((c1 - c0)) -v n="$name" 'BEGIN {
+    if (h > 0 && c > 0) printf "%s: audit head held %.2f s of %.2f s (%.0f%%), %.2f ms per batch of %.1f writes; %.0f writes/s now, at most %.0f writes/s for all replicas together at this batch size\n",
+      n, h, w, 100 * h / w, 1000 * h / c, o / c, o / w, o / h }' | tee -a "$OUT/head.txt"
   record "$name" "$OUT/$name.txt" "$ops_per_commit" "$cpu"
   stop_server
   rm -rf "$dir"

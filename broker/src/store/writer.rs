@@ -301,6 +301,11 @@ pub struct WriterStats {
     pub commits: AtomicU64,
     pub ops: AtomicU64,
     pub failed_batches: AtomicU64,
+    /// Microseconds committed batches held the audit head, from its lock to
+    /// the end of COMMIT: on PostgreSQL every replica's batches queue on that
+    /// row, so the sum over all replicas per second (≤ 1) is how busy the
+    /// one serialisation point of the cluster is (docs/architecture.md).
+    pub head_held_us: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -324,6 +329,7 @@ pub struct WriterEnv {
     high_water: AtomicI64,
     /// Whether the last batch committed, and why not (readiness, logs).
     health: WriterHealth,
+    stats: Arc<WriterStats>,
 }
 
 impl Writer {
@@ -335,6 +341,7 @@ impl Writer {
             audit_key: std::sync::OnceLock::new(),
             high_water: AtomicI64::new(0),
             health: WriterHealth::default(),
+            stats: stats.clone(),
         });
         let task = run(rx, connect, dialect, env.clone(), stats.clone());
         match dialect {
@@ -740,6 +747,7 @@ async fn apply_all(
     let mut conn = conn.borrow();
     stmt(begin).execute(&mut conn).await?;
     let head = super::audit::lock_head(&mut conn, dialect).await?;
+    let locked = std::time::Instant::now();
     let head_seq = head.seq;
     let seen = env.high_water.load(Ordering::Acquire);
     if head_seq < seen {
@@ -790,6 +798,9 @@ async fn apply_all(
     stmt("COMMIT").execute(&mut ctx.conn).await?;
     env.high_water.fetch_max(ctx.head.seq, Ordering::AcqRel);
     let commit = committing.elapsed();
+    env.stats
+        .head_held_us
+        .fetch_add(locked.elapsed().as_micros() as u64, Ordering::Relaxed);
     // COMMIT is where SQLite syncs the WAL and, past wal_autocheckpoint pages,
     // runs a checkpoint: a slow batch with a small apply_us is the disk's.
     tracing::debug!(
