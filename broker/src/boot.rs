@@ -71,7 +71,7 @@ pub async fn serve(
     };
     let listen = config.listen;
     let clock = Clock::new();
-    let policy_sha256 = crate::policy_reload::fingerprint(&config.policy_dir);
+    let policy_sha256 = crate::policy::files::fingerprint(&config.policy_dir);
     let policies = policy.policy_count();
     let decision_cache = policy.decision_cache_summary();
     let app = App::build(config, kek, policy, admin, clock).await?;

@@ -21,12 +21,11 @@
 
 use crate::app::App;
 use crate::audit::{events, AuditEvent};
-use crate::policy::files::PolicyFiles;
+use crate::policy::files::{fingerprint, PolicyFiles};
 use crate::policy::PolicyLoadError;
 use crate::store::capabilities::{RevokeCapability, Revoker};
 use crate::store::writer::AppendAudit;
 use crate::store::StoreError;
-use std::path::Path;
 
 /// What a successful reload did.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -235,34 +234,6 @@ fn truncate(s: &mut String, max: usize) {
         }
         s.truncate(cut);
     }
-}
-
-/// SHA-256 over the names and contents of the files a policy load reads
-/// (`schema.cedarschema`, `entities.json`, `*.cedar`), in name order. Unreadable
-/// files hash as their error, so a change to or from unreadable is noticed.
-pub fn fingerprint(dir: &Path) -> String {
-    let mut names: Vec<String> = match std::fs::read_dir(dir) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n == "schema.cedarschema" || n == "entities.json" || n.ends_with(".cedar"))
-            .collect(),
-        Err(e) => return crate::ids::sha256_hex(format!("unreadable: {e}").as_bytes()),
-    };
-    names.sort();
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    for name in names {
-        ctx.update(name.as_bytes());
-        ctx.update(b"\0");
-        match std::fs::read(dir.join(&name)) {
-            Ok(bytes) => {
-                ctx.update(&(bytes.len() as u64).to_be_bytes());
-                ctx.update(&bytes);
-            }
-            Err(e) => ctx.update(format!("unreadable: {e}").as_bytes()),
-        }
-    }
-    crate::ids::hex(ctx.finish().as_ref())
 }
 
 /// Reloads whenever the directory's fingerprint changes and then holds still for

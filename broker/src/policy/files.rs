@@ -76,24 +76,65 @@ impl PolicyFiles {
     }
 
     /// SHA-256 over the names and contents of the files, in name order: the
-    /// same value [`crate::policy_reload::fingerprint`] gives for the directory
-    /// they were read from.
+    /// same value [`fingerprint`] gives for the directory they were read from.
     pub fn sha256(&self) -> String {
-        let mut all: Vec<(&str, &str)> = vec![
-            ("schema.cedarschema", &self.schema),
-            ("entities.json", &self.entities),
+        let mut all: Vec<(&str, Result<&[u8], String>)> = vec![
+            ("schema.cedarschema", Ok(self.schema.as_bytes())),
+            ("entities.json", Ok(self.entities.as_bytes())),
         ];
-        all.extend(self.policies.iter().map(|(n, t)| (n.as_str(), t.as_str())));
-        all.sort();
-        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-        for (name, text) in all {
-            ctx.update(name.as_bytes());
-            ctx.update(b"\0");
-            ctx.update(&(text.len() as u64).to_be_bytes());
-            ctx.update(text.as_bytes());
-        }
-        crate::ids::hex(ctx.finish().as_ref())
+        all.extend(
+            self.policies
+                .iter()
+                .map(|(n, t)| (n.as_str(), Ok(t.as_bytes()))),
+        );
+        digest(all)
     }
+}
+
+/// SHA-256 over the names and contents of the files a policy load reads
+/// (`schema.cedarschema`, `entities.json`, `*.cedar`), in name order: what the
+/// file watch compares. Unreadable files hash as their error, so a change to
+/// or from unreadable is noticed.
+pub fn fingerprint(dir: &Path) -> String {
+    let names: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n == "schema.cedarschema" || n == "entities.json" || n.ends_with(".cedar"))
+            .collect(),
+        Err(e) => return crate::ids::sha256_hex(format!("unreadable: {e}").as_bytes()),
+    };
+    let read: Vec<(String, Result<Vec<u8>, String>)> = names
+        .into_iter()
+        .map(|n| {
+            let bytes = std::fs::read(dir.join(&n)).map_err(|e| format!("unreadable: {e}"));
+            (n, bytes)
+        })
+        .collect();
+    digest(
+        read.iter()
+            .map(|(n, b)| (n.as_str(), b.as_deref().map_err(Clone::clone)))
+            .collect(),
+    )
+}
+
+/// The one encoding both hashes use: for each file in name order, its name,
+/// a NUL, then its length and bytes (or, unreadable, the error's text).
+fn digest(mut files: Vec<(&str, Result<&[u8], String>)>) -> String {
+    files.sort_by(|a, b| a.0.cmp(b.0));
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for (name, content) in files {
+        ctx.update(name.as_bytes());
+        ctx.update(b"\0");
+        match content {
+            Ok(bytes) => {
+                ctx.update(&(bytes.len() as u64).to_be_bytes());
+                ctx.update(bytes);
+            }
+            Err(e) => ctx.update(e.as_bytes()),
+        }
+    }
+    crate::ids::hex(ctx.finish().as_ref())
 }
 
 #[cfg(test)]
@@ -106,7 +147,7 @@ mod tests {
         crate::policy::example::write_if_missing(&dir).unwrap();
         std::fs::write(dir.join("b.cedar"), "forbid(principal, action, resource);").unwrap();
         let files = PolicyFiles::read_dir(&dir).unwrap();
-        assert_eq!(files.sha256(), crate::policy_reload::fingerprint(&dir));
+        assert_eq!(files.sha256(), fingerprint(&dir));
         assert!(files.compile(&dir).is_ok());
         let json = serde_json::to_string(&files).unwrap();
         let back: PolicyFiles = serde_json::from_str(&json).unwrap();
