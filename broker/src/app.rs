@@ -32,6 +32,8 @@ pub struct App {
     pub kek: Kek,
     pub keys: Arc<KeyRing>,
     policy: RwLock<Arc<PolicyEngine>>,
+    /// Seals and checks published policy versions (a key derived from the KEK).
+    pub policy_seal: Arc<crate::policy_versions::PolicySeal>,
     /// Which published version `policy` is (see [`crate::policy_versions`]).
     policy_in_force: RwLock<crate::policy_versions::InForce>,
     pub backends: BTreeMap<String, Arc<dyn Backend>>,
@@ -131,6 +133,7 @@ impl App {
             crate::dpop::Dpop::new(config.oauth.issuer.clone(), config.oauth.dpop_nonce, &kek);
         let app = Arc::new(App {
             policy_in_force: RwLock::new(crate::policy_versions::InForce::default()),
+            policy_seal: Arc::new(crate::policy_versions::PolicySeal::new(&kek)),
             injection,
             dpop,
             config,

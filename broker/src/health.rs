@@ -96,10 +96,21 @@ pub async fn check(app: &App) -> Vec<ReadinessReason> {
             format!("the last policy reload was rejected, so the policy files are not the policy in force: {e}"),
         ));
     }
-    let limit = app
-        .config
-        .replicas
-        .policy_lag_limit(app.config.operations.store_timeout);
+    let replicas = &app.config.replicas;
+    let store_timeout = app.config.operations.store_timeout;
+    let stale_after = replicas.keys_stale_after(store_timeout);
+    let age = app.keys.age();
+    if age > stale_after {
+        reasons.push(reason(
+            "keys_stale",
+            format!(
+                "the signing keys were last read from the store {}s ago (limit {}s): a key rotated by another replica may sign before this one knows it",
+                age.as_secs(),
+                stale_after.as_secs()
+            ),
+        ));
+    }
+    let limit = replicas.policy_lag_limit(store_timeout);
     if let Some((newest, for_how_long)) = app.health.policy_behind() {
         if for_how_long > limit {
             reasons.push(reason(

@@ -142,35 +142,7 @@ pub async fn reload(
                 sha256: sha256.clone(),
             });
             app.health.policy_loaded();
-            // A capability missed here (a crash, a store error) is still refused at
-            // its next exchange, which re-decides it under the policy in force.
-            // Submitted together, so the writer commits them in a few batches.
-            let revocations = stale.iter().map(|held| {
-                let mut ev = AuditEvent::new(events::CAPABILITY_REVOKED, "policy", "allow");
-                ev.capability_id = Some(held.id.clone());
-                ev.action = Some(held.action.clone());
-                ev.resource = Some(held.resource.clone());
-                ev.reason = Some("policy_changed".into());
-                ev.request_id = audit_request_id.clone();
-                app.store.writer().submit(RevokeCapability {
-                    capability_id: held.id.clone(),
-                    by: Revoker::Admin,
-                    audit: ev,
-                    reason: "policy_changed",
-                    audit_noop: true,
-                })
-            });
-            for (held, done) in stale
-                .iter()
-                .zip(futures_util::future::join_all(revocations).await)
-            {
-                if let Err(e) = done {
-                    tracing::error!(error = %e, capability = %held.id, "could not revoke a capability the new policy no longer grants; its exchange is refused all the same");
-                }
-            }
-            if revoked > 0 {
-                app.revocation_wakeup.notify_one();
-            }
+            revoke_stale(app, &stale, audit_request_id).await;
             app.metrics.background("policy_reload", "reloaded");
             tracing::info!(trigger, version, policies, %sha256, revoked, %decision_cache, "policy reloaded");
             Ok(Reloaded {
@@ -223,6 +195,44 @@ pub async fn reload(
             }
             Err(ReloadError::Invalid(errors))
         }
+    }
+}
+
+/// Revokes (with their leases) the live capabilities a new policy set no
+/// longer issues, found by [`crate::reauthorize::stale`] before it came into
+/// force. A capability missed here (a crash, a store error) is still refused
+/// at its next exchange, which re-decides it under the policy in force.
+pub(crate) async fn revoke_stale(
+    app: &App,
+    stale: &[crate::store::capabilities::HeldCapability],
+    request_id: Option<String>,
+) {
+    // Submitted together, so the writer commits them in a few batches.
+    let revocations = stale.iter().map(|held| {
+        let mut ev = AuditEvent::new(events::CAPABILITY_REVOKED, "policy", "allow");
+        ev.capability_id = Some(held.id.clone());
+        ev.action = Some(held.action.clone());
+        ev.resource = Some(held.resource.clone());
+        ev.reason = Some("policy_changed".into());
+        ev.request_id = request_id.clone();
+        app.store.writer().submit(RevokeCapability {
+            capability_id: held.id.clone(),
+            by: Revoker::Admin,
+            audit: ev,
+            reason: "policy_changed",
+            audit_noop: true,
+        })
+    });
+    for (held, done) in stale
+        .iter()
+        .zip(futures_util::future::join_all(revocations).await)
+    {
+        if let Err(e) = done {
+            tracing::error!(error = %e, capability = %held.id, "could not revoke a capability the new policy no longer grants; its exchange is refused all the same");
+        }
+    }
+    if !stale.is_empty() {
+        app.revocation_wakeup.notify_one();
     }
 }
 

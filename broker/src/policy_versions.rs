@@ -24,7 +24,7 @@ use crate::audit::AuditEvent;
 use crate::keys::Kek;
 use crate::policy::files::PolicyFiles;
 use crate::policy::PolicyEngine;
-use crate::store::policy_versions::{self as stored, Published, VersionRow};
+use crate::store::policy_versions::{self as stored, Published, Seal, VersionRow};
 use crate::store::StoreError;
 use ring::hmac;
 use std::path::Path;
@@ -51,51 +51,27 @@ impl PolicySeal {
         PolicySeal(hmac::Key::new(hmac::HMAC_SHA256, &key[..]))
     }
 
-    fn message(
-        version: i64,
-        sha256: &str,
-        sources: &str,
-        trigger: &str,
-        replica: &str,
-        at: i64,
-    ) -> Vec<u8> {
-        let mut m = Vec::with_capacity(sources.len() + 128);
-        m.extend_from_slice(&version.to_be_bytes());
-        m.extend_from_slice(&at.to_be_bytes());
-        for part in [sha256, trigger, replica, sources] {
+    fn message(row: &VersionRow) -> Vec<u8> {
+        let mut m = Vec::with_capacity(row.sources.len() + 128);
+        m.extend_from_slice(&row.version.to_be_bytes());
+        m.extend_from_slice(&row.published_at.to_be_bytes());
+        for part in [&row.sha256, &row.trigger, &row.replica, &row.sources] {
             m.extend_from_slice(&(part.len() as u64).to_be_bytes());
             m.extend_from_slice(part.as_bytes());
         }
         m
     }
+}
 
-    fn seal(
-        &self,
-        version: i64,
-        sha256: &str,
-        sources: &str,
-        trigger: &str,
-        replica: &str,
-        at: i64,
-    ) -> String {
-        let m = Self::message(version, sha256, sources, trigger, replica, at);
-        crate::ids::hex(hmac::sign(&self.0, &m).as_ref())
+impl stored::Seal for PolicySeal {
+    fn seal(&self, row: &VersionRow) -> String {
+        crate::ids::hex(hmac::sign(&self.0, &Self::message(row)).as_ref())
     }
 
     /// True when `row` was published by a broker holding this KEK, unaltered.
-    pub fn verifies(&self, row: &VersionRow) -> bool {
-        let Some(tag) = crate::ids::unhex(&row.mac) else {
-            return false;
-        };
-        let m = Self::message(
-            row.version,
-            &row.sha256,
-            &row.sources,
-            &row.trigger,
-            &row.replica,
-            row.published_at,
-        );
-        hmac::verify(&self.0, &m, &tag).is_ok()
+    fn verifies(&self, row: &VersionRow) -> bool {
+        crate::ids::unhex(&row.mac)
+            .is_some_and(|tag| hmac::verify(&self.0, &Self::message(row), &tag).is_ok())
     }
 }
 
@@ -110,12 +86,6 @@ pub async fn publish(
     audit_unchanged: bool,
 ) -> Result<Published, StoreError> {
     let sources = serde_json::to_string(files).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let seal = {
-        let (sha, src) = (sha256.to_owned(), sources.clone());
-        let (trigger, replica) = (trigger.to_owned(), app.instance.id.clone());
-        let key = PolicySeal::new(&app.kek);
-        move |version: i64, at: i64| key.seal(version, &sha, &src, &trigger, &replica, at)
-    };
     app.store
         .writer()
         .submit(stored::Publish {
@@ -123,11 +93,8 @@ pub async fn publish(
             sources,
             trigger: trigger.to_owned(),
             replica: app.instance.id.clone(),
-            seal: Box::new(seal),
-            verifies: Box::new({
-                let key = PolicySeal::new(&app.kek);
-                move |row: &VersionRow| key.verifies(row)
-            }),
+            after: app.policy_in_force().version,
+            seal: app.policy_seal.clone(),
             audit,
             audit_unchanged,
         })
@@ -153,28 +120,37 @@ pub async fn publish_at_start(app: &App) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("policy in {}:\n{e}", app.config.policy_dir.display()))?;
     let sha256 = files.sha256();
     if matches!(app.store.dialect(), crate::store::Dialect::Postgres) {
-        if let Some(head) = stored::newest(&app.store).await? {
-            match adopt(app, head.version).await {
-                Ok(()) => {
-                    if app.policy_in_force().sha256 != sha256 {
-                        tracing::warn!(version = head.version, published = %head.sha256, files = %sha256,
-                            "the policy files here differ from the published version in force; \
-                             not published at start (`tessera policy reload` publishes them)");
-                    }
-                    return Ok(());
+        match adopt_newest(app, 0).await {
+            Ok(Some(version)) => {
+                let in_force = app.policy_in_force().sha256;
+                if in_force != sha256 {
+                    tracing::warn!(version, published = %in_force, files = %sha256,
+                        "the policy files here differ from the published version in force; \
+                         not published at start (`tessera policy reload` publishes them)");
                 }
-                Err(e) => tracing::error!(error = %e,
-                    "the newest published policy version cannot be adopted; publishing this broker's files"),
+                return Ok(());
             }
+            Ok(None) => {}
+            Err(AdoptError::Store(e)) => return Err(e.into()),
+            Err(e) => tracing::error!(error = %e,
+                "the newest published policy version cannot be adopted; publishing this broker's files"),
         }
     }
-    app.replace_policy(engine);
+    // What the files no longer grant (they may have changed while the broker
+    // was down) is revoked, as a reload would.
+    let c = &app.config;
+    let stale =
+        crate::reauthorize::stale(&app.store, &engine, &c.backends, &c.limits, app.clock.now())
+            .await?;
     let mut audit = AuditEvent::new(crate::audit::events::POLICY_PUBLISHED, "start", "allow");
     audit.detail = Some(format!(
-        "policies={} sha256={sha256}",
-        app.policy().policy_count()
+        "policies={} sha256={sha256} revoked={}",
+        engine.policy_count(),
+        stale.len()
     ));
+    app.replace_policy(engine);
     let published = publish(app, &files, &sha256, "start", audit, false).await?;
+    crate::policy_reload::revoke_stale(app, &stale, None).await;
     app.set_policy_in_force(InForce {
         version: published.version(),
         sha256: sha256.clone(),
@@ -194,46 +170,50 @@ pub async fn publish_at_start(app: &App) -> anyhow::Result<()> {
 pub enum AdoptError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("policy version {0} is gone from the store")]
-    Missing(i64),
-    #[error("policy version {0} is not sealed by a broker holding this KEK; refused")]
-    Forged(i64),
     #[error("policy version {version} does not compile here: {errors}")]
     Invalid { version: i64, errors: String },
 }
 
-/// Switches this replica to published `version`, compiled from its stored files.
-pub async fn adopt(app: &App, version: i64) -> Result<(), AdoptError> {
-    let row = stored::load(&app.store, version)
-        .await?
-        .ok_or(AdoptError::Missing(version))?;
-    if !PolicySeal::new(&app.kek).verifies(&row) {
-        return Err(AdoptError::Forged(version));
-    }
-    let files: PolicyFiles =
-        serde_json::from_str(&row.sources).map_err(|_| AdoptError::Forged(version))?;
-    if files.sha256() != row.sha256 {
-        return Err(AdoptError::Forged(version));
-    }
-    let shown = format!("policy v{version}");
-    let compiled = tokio::task::spawn_blocking(move || files.compile(Path::new(&shown)))
-        .await
-        .map_err(|e| AdoptError::Invalid {
+/// How many versions above the one in force are looked at for a genuine one
+/// (rows planted above it are skipped, up to this many).
+pub const LOOK_BACK: i64 = 16;
+
+/// Switches this replica to the newest genuine version above `above`,
+/// compiled from its stored files; `None` when there is none. A version whose
+/// seal or hash does not check (written without the KEK) is logged and
+/// skipped: it can neither come into force nor hold a genuine one back.
+pub async fn adopt_newest(app: &App, above: i64) -> Result<Option<i64>, AdoptError> {
+    for row in stored::above(&app.store, above, LOOK_BACK).await? {
+        let files = serde_json::from_str::<PolicyFiles>(&row.sources).ok();
+        let genuine = app.policy_seal.verifies(&row)
+            && files.as_ref().is_some_and(|f| f.sha256() == row.sha256);
+        let (true, Some(files)) = (genuine, files) else {
+            tracing::error!(version = row.version, "a published policy version is not sealed by a broker holding this KEK (written to the store directly?); refused");
+            app.metrics.background("policy_sync", "forged");
+            continue;
+        };
+        let version = row.version;
+        let shown = format!("policy v{version}");
+        let compiled = tokio::task::spawn_blocking(move || files.compile(Path::new(&shown)))
+            .await
+            .map_err(|e| AdoptError::Invalid {
+                version,
+                errors: e.to_string(),
+            })?;
+        let engine: PolicyEngine = compiled.map_err(|e| AdoptError::Invalid {
             version,
             errors: e.to_string(),
         })?;
-    let engine: PolicyEngine = compiled.map_err(|e| AdoptError::Invalid {
-        version,
-        errors: e.to_string(),
-    })?;
-    let policies = engine.policy_count();
-    app.replace_policy(engine);
-    app.set_policy_in_force(InForce {
-        version,
-        sha256: row.sha256.clone(),
-    });
-    app.health.policy_loaded();
-    tracing::info!(version, sha256 = %row.sha256, policies, published_by = %row.replica,
-        trigger = %row.trigger, "switched to the published policy version");
-    Ok(())
+        let policies = engine.policy_count();
+        app.replace_policy(engine);
+        app.set_policy_in_force(InForce {
+            version,
+            sha256: row.sha256.clone(),
+        });
+        app.health.policy_loaded();
+        tracing::info!(version, sha256 = %row.sha256, policies, published_by = %row.replica,
+            trigger = %row.trigger, "switched to the published policy version");
+        return Ok(Some(version));
+    }
+    Ok(None)
 }

@@ -630,7 +630,7 @@ pub struct HealthResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReadinessReason {
-    /// Stable: `store_cannot_commit`, `policy_load_failed`, `policy_behind`,
+    /// Stable: `store_cannot_commit`, `policy_load_failed`, `policy_behind`, `keys_stale`,
     /// `revocation_outbox_stuck` or `shutting_down`.
     pub code: String,
     /// What is wrong, in words (the store's own error, the policy file's line).
@@ -645,9 +645,13 @@ pub struct BrokerStatus {
     pub replica: String,
     /// `sqlite` or `postgres`.
     pub store: String,
-    /// The newest published policy version (null before the first).
+    /// The newest published policy version sealed under the KEK (null before the first).
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub published_policy: Option<PublishedPolicy>,
+    /// Versions above it that are not sealed under the KEK (written to the store directly):
+    /// refused by every replica. Not empty means someone wrote the store; see its audit.
+    #[serde(default)]
+    pub unsealed_versions: Vec<i64>,
     /// Every replica on this store that has not stopped, the answering one first.
     pub replicas: Vec<ReplicaStatus>,
 }

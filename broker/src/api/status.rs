@@ -11,7 +11,8 @@ use crate::app::AppState;
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::instance::CLAIM_LEASE_SECS;
-use crate::store::{instances, policy_versions, Dialect};
+use crate::store::policy_versions::{self, Seal};
+use crate::store::{instances, Dialect};
 use axum::extract::State;
 use axum::Json;
 use tessera_client::types::{BrokerStatus, PublishedPolicy, ReplicaStatus};
@@ -27,7 +28,9 @@ refusals!(StatusRefusals {
 
 /// Replicas and the policy version each enforces
 ///
-/// The newest published policy version, and every broker on this store that has not stopped
+/// The newest published policy version (sealed under the KEK; versions above it that are not,
+/// written to the store directly, are listed in `unsealed_versions` and enforced nowhere),
+/// and every broker on this store that has not stopped
 /// (and has beaten its heartbeat in the last hour): its id, host, software version, the
 /// policy version and hash it enforces, the key it signs with, when it started and last beat.
 /// `live` is false for a replica whose heartbeat is older than the claim lease (15 s). The
@@ -48,19 +51,24 @@ pub async fn status(
     _admin: AdminCaller,
 ) -> Result<Json<BrokerStatus>, ApiError> {
     let now = app.clock.now();
-    let newest = policy_versions::newest(&app.store).await?;
-    let published_policy = match newest {
-        Some(head) => policy_versions::load(&app.store, head.version)
-            .await?
-            .map(|row| PublishedPolicy {
-                version: row.version,
-                sha256: row.sha256,
-                published_at: rfc3339(row.published_at),
-                trigger: row.trigger,
-                replica: row.replica,
-            }),
-        None => None,
-    };
+    // The newest version that is sealed under the KEK; rows above it that
+    // are not were written to the store directly and are named, not shown.
+    let mut unsealed_versions = Vec::new();
+    let mut published_policy = None;
+    for row in policy_versions::above(&app.store, 0, crate::policy_versions::LOOK_BACK).await? {
+        if !app.policy_seal.verifies(&row) {
+            unsealed_versions.push(row.version);
+            continue;
+        }
+        published_policy = Some(PublishedPolicy {
+            version: row.version,
+            sha256: row.sha256,
+            published_at: rfc3339(row.published_at),
+            trigger: row.trigger,
+            replica: row.replica,
+        });
+        break;
+    }
     let rows = instances::running(&app.store, now - FORGOTTEN_AFTER_SECS).await?;
     let in_force = app.policy_in_force();
     let kid = app.keys.snapshot().signer(now).kid().to_owned();
@@ -72,7 +80,7 @@ pub async fn status(
             ReplicaStatus {
                 this,
                 live: this || r.heartbeat_at >= now - CLAIM_LEASE_SECS,
-                uptime_seconds: (now - r.started_at).max(0),
+                uptime_seconds: now.saturating_sub(r.started_at).max(0),
                 started_at: rfc3339(r.started_at),
                 heartbeat_at: rfc3339(r.heartbeat_at),
                 machine: r.machine,
@@ -115,6 +123,7 @@ pub async fn status(
         }
         .to_owned(),
         published_policy,
+        unsealed_versions,
         replicas,
     }))
 }

@@ -226,6 +226,7 @@ pub async fn status(remote: Remote) -> anyhow::Result<()> {
             "scheduled_kid": scheduled.map(|k| &k.kid),
             "store": replicas.store,
             "published_policy": replicas.published_policy,
+            "unsealed_versions": replicas.unsealed_versions,
             "replicas": replicas.replicas,
         }));
         return Ok(());
@@ -243,7 +244,14 @@ pub async fn status(remote: Remote) -> anyhow::Result<()> {
     if let Some(k) = scheduled {
         println!("  {} signs from {}", k.kid, k.signs_from);
     }
-    let short = |s: &str| s.get(..12).unwrap_or(s).to_owned();
+    // What other replicas wrote to the store is shown, never interpreted by
+    // the terminal: control characters become '?'.
+    let shown = |s: &str| -> String {
+        s.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect()
+    };
+    let short = |s: &str| shown(&s.chars().take(12).collect::<String>());
     match &replicas.published_policy {
         Some(p) => println!(
             "policy:      version {} (sha256 {}), published {} by {} ({})",
@@ -251,9 +259,15 @@ pub async fn status(remote: Remote) -> anyhow::Result<()> {
             short(&p.sha256),
             p.published_at,
             short(&p.replica),
-            p.trigger
+            shown(&p.trigger)
         ),
         None => println!("policy:      no version published"),
+    }
+    if !replicas.unsealed_versions.is_empty() {
+        println!(
+            "  REFUSED versions {:?}: not sealed under the KEK (written to the store directly)",
+            replicas.unsealed_versions
+        );
     }
     println!("store:       {}", replicas.store);
     println!("replicas:    {}", replicas.replicas.len());
@@ -266,9 +280,9 @@ pub async fn status(remote: Remote) -> anyhow::Result<()> {
             "  {}{} {}:{} v{} policy {} (sha256 {}){behind} key {} up {}s{}",
             short(&r.id),
             if r.this { "*" } else { " " },
-            r.machine,
+            shown(&r.machine),
             r.pid,
-            r.software.as_deref().unwrap_or("?"),
+            shown(r.software.as_deref().unwrap_or("?")),
             r.policy_version.map_or("?".into(), |v| v.to_string()),
             r.policy_sha256.as_deref().map_or("?".into(), short),
             r.signing_kid.as_deref().map_or("?".into(), short),

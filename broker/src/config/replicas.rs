@@ -47,6 +47,21 @@ impl ReplicasConfig {
     pub fn policy_lag_limit(&self, store_timeout: Duration) -> Duration {
         self.policy_sync * 3 + store_timeout
     }
+
+    /// How old this broker's key set may grow before `/readyz` says
+    /// `keys_stale`: older than the pre-publication less one refresh, a key
+    /// rotated elsewhere could sign before this broker has read it (never
+    /// less than one refresh plus a store timeout, what a healthy refresh
+    /// can take).
+    pub fn keys_stale_after(&self, store_timeout: Duration) -> Duration {
+        let healthy = self.key_refresh + store_timeout;
+        if self.key_prepublish.is_zero() {
+            return healthy * 3;
+        }
+        self.key_prepublish
+            .saturating_sub(self.key_refresh)
+            .max(healthy)
+    }
 }
 
 pub(super) fn resolve(
@@ -113,6 +128,7 @@ mod tests {
         let c = resolve(RawReplicas::default(), two).unwrap();
         assert_eq!(c, ReplicasConfig::default());
         assert_eq!(c.policy_lag_limit(two), Duration::from_secs(5));
+        assert_eq!(c.keys_stale_after(two), Duration::from_secs(25));
         assert!(resolve(raw("1s", "4s"), two).is_ok());
         assert_eq!(
             resolve(raw("1s", "off"), two).unwrap().key_prepublish,

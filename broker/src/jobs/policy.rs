@@ -22,18 +22,36 @@ pub async fn reload_on_sighup(app: AppState) {
 
 /// Switches to each newer published policy version (every `[replicas]
 /// policy_sync`), and writes what this replica enforces to its instance row
-/// whenever that changes. A version that cannot be adopted (its seal does not
-/// check, it does not compile here) is logged once and not retried; readiness
-/// reports `policy_behind` until a newer one is adopted.
+/// whenever that changes. A newest version that was tried and not adopted
+/// (none genuine above the one in force, or it does not compile here) is not
+/// tried again until a newer one appears; readiness reports `policy_behind`
+/// only for a genuine version this replica cannot enforce.
 pub async fn sync(app: AppState) {
     let mut tick = tokio::time::interval(app.config.replicas.policy_sync);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut refused: Option<i64> = None;
+    let mut tried: Option<i64> = None;
+    let mut moved_back = false;
     let mut reported: Option<(i64, String)> = None;
     loop {
         tick.tick().await;
         match crate::store::policy_versions::newest(&app.store).await {
-            Ok(Some(head)) => adopt_newer(&app, head.version, &mut refused).await,
+            Ok(Some(head)) => {
+                let in_force = app.policy_in_force().version;
+                // Versions only ever grow: a newest one below the one in force
+                // means rows were removed underneath the brokers.
+                let back = head.version < in_force;
+                if back && !moved_back {
+                    tracing::error!(newest = head.version, in_force,
+                        "published policy versions moved back: rows were removed from the store; this replica keeps the version it enforces");
+                    app.metrics.background("policy_sync", "moved_back");
+                }
+                moved_back = back;
+                if head.version <= in_force {
+                    app.health.policy_sync_saw(in_force, in_force);
+                } else if tried != Some(head.version) && adopt_newer(&app).await {
+                    tried = Some(head.version);
+                }
+            }
             Ok(None) => {}
             // The store's state is readiness's to report; the next tick retries.
             Err(e) => tracing::debug!(error = %e, "policy sync could not read the store"),
@@ -57,27 +75,25 @@ pub async fn sync(app: AppState) {
     }
 }
 
-async fn adopt_newer(app: &AppState, newest: i64, refused: &mut Option<i64>) {
-    use crate::policy_versions::{adopt, AdoptError};
-    app.health
-        .policy_sync_saw(newest, app.policy_in_force().version);
-    if newest <= app.policy_in_force().version || *refused == Some(newest) {
-        return;
-    }
+/// Adopts the newest genuine version above the one in force, if any; false
+/// when the store could not be read (try again next tick).
+async fn adopt_newer(app: &AppState) -> bool {
+    use crate::policy_versions::{adopt_newest, AdoptError};
     // Not while a reload here is deciding what to publish.
     let _one_at_a_time = app.policy_reload_lock.lock().await;
-    if newest <= app.policy_in_force().version {
-        return;
-    }
-    match adopt(app, newest).await {
-        Ok(()) => app.health.policy_sync_saw(newest, newest),
+    let in_force = app.policy_in_force().version;
+    match adopt_newest(app, in_force).await {
+        Ok(Some(v)) => app.health.policy_sync_saw(v, v),
+        Ok(None) => app.health.policy_sync_saw(in_force, in_force),
         Err(AdoptError::Store(e)) => {
-            tracing::warn!(error = %e, version = newest, "could not read the published policy version; retrying")
+            tracing::warn!(error = %e, "could not read the published policy versions; retrying");
+            return false;
         }
-        Err(e) => {
-            tracing::error!(error = %e, "published policy version refused; the previous one stays in force here");
+        Err(AdoptError::Invalid { version, errors }) => {
+            tracing::error!(version, %errors, "published policy version does not compile here (an older broker?); the previous one stays in force");
             app.metrics.background("policy_sync", "refused");
-            *refused = Some(newest);
+            app.health.policy_sync_saw(version, in_force);
         }
     }
+    true
 }

@@ -88,18 +88,26 @@ fn new_row(kek: &Kek, now: i64, signs_from: i64) -> KeyRow {
     }
 }
 
-/// Loads the key set, creating the first key when the store has none (once,
-/// however many replicas start together: the insert is skipped when another
-/// committed a key first).
+/// Loads the key set, creating the first key when the store has none of ours
+/// (once, however many replicas start together: the insert is skipped when
+/// another committed a key first; rows that do not open under this KEK, seen
+/// just before, do not count).
 pub async fn load_or_create(store: &Store, kek: &Kek, now: i64) -> Result<KeySet, KeyStoreError> {
     match load(store, kek, now).await {
         Err(KeyStoreError::NoActiveKey) => {
+            let not_ours = load_all(store)
+                .await?
+                .into_iter()
+                .filter(|r| open_row(kek, r).is_none())
+                .map(|r| r.kid)
+                .collect();
             let row = new_row(kek, now, now);
             store
                 .writer()
                 .submit(InsertKey {
                     row,
                     retire: None,
+                    not_ours,
                     audit: AuditEvent::new(events::KEY_CREATED, "broker", "allow"),
                 })
                 .await?;
@@ -138,6 +146,7 @@ pub async fn rotate(
         .submit(InsertKey {
             row,
             retire: Some((prepublish, keep)),
+            not_ours: Vec::new(),
             audit,
         })
         .await?;

@@ -87,13 +87,26 @@ impl KeySet {
 
 pub struct KeyRing {
     current: RwLock<Arc<KeySet>>,
+    /// When the current set was read from the store.
+    loaded: std::sync::Mutex<std::time::Instant>,
 }
 
 impl KeyRing {
     pub fn new(set: KeySet) -> Self {
         Self {
             current: RwLock::new(Arc::new(set)),
+            loaded: std::sync::Mutex::new(std::time::Instant::now()),
         }
+    }
+
+    /// How long ago the current set was read from the store: past the
+    /// pre-publication, a key rotated elsewhere may sign before it is known
+    /// here (readiness says `keys_stale`).
+    pub fn age(&self) -> std::time::Duration {
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
     }
 
     pub fn snapshot(&self) -> Arc<KeySet> {
@@ -103,12 +116,14 @@ impl KeyRing {
         }
     }
 
+    /// Swaps in a set just read from the store.
     pub fn replace(&self, set: KeySet) {
         let mut g = match self.current.write() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
         *g = Arc::new(set);
+        *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
     }
 }
 

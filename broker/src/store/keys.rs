@@ -43,6 +43,9 @@ pub async fn load_all(store: &Store) -> Result<Vec<KeyRow>, StoreError> {
 pub struct InsertKey {
     pub row: KeyRow,
     pub retire: Option<(i64, i64)>,
+    /// Kids of rows that do not open under the KEK: not a reason to skip
+    /// the first key (a junk row must not keep a broker from starting).
+    pub not_ours: Vec<String>,
     pub audit: AuditEvent,
 }
 
@@ -59,13 +62,17 @@ impl WriteOp for InsertKey {
             let live = stmt("SELECT kid FROM signing_keys WHERE retired_at IS NULL")
                 .fetch_all(&mut ctx.conn)
                 .await?;
+            let mut kids = Vec::with_capacity(live.len());
+            for r in &live {
+                kids.push(r.try_get::<String>("kid")?);
+            }
             match self.retire {
-                None if !live.is_empty() => return Ok((retired, signs_from)),
+                None if kids.iter().any(|k| !self.not_ours.contains(k)) => {
+                    return Ok((retired, signs_from))
+                }
                 None => {}
                 Some((_, keep)) => {
-                    for r in live {
-                        retired.push(r.try_get::<String>("kid")?);
-                    }
+                    retired = kids;
                     let q = ctx.sql("UPDATE signing_keys SET retired_at = $1, publish_until = $2 WHERE retired_at IS NULL");
                     stmt(&q)
                         .bind(signs_from)

@@ -55,6 +55,28 @@ pub async fn load(store: &Store, version: i64) -> Result<Option<VersionRow>, Sto
     }
 }
 
+/// The newest `limit` versions numbered above `version`, newest first.
+pub async fn above(store: &Store, version: i64, limit: i64) -> Result<Vec<VersionRow>, StoreError> {
+    let q = store.sql(
+        "SELECT version, sha256, sources, trigger, replica, published_at, mac \
+         FROM policy_versions WHERE version > $1 ORDER BY version DESC LIMIT $2",
+    );
+    let rows = sqlx::query(&q)
+        .bind(version)
+        .bind(limit)
+        .fetch_all(store.pool())
+        .await?;
+    rows.iter().map(decode).collect()
+}
+
+/// Seals a version row and checks a seal: implemented where the KEK is
+/// ([`crate::policy_versions::PolicySeal`]); the store only asks.
+pub trait Seal: Send + Sync {
+    /// The MAC of `row` (its `mac` field ignored).
+    fn seal(&self, row: &VersionRow) -> String;
+    fn verifies(&self, row: &VersionRow) -> bool;
+}
+
 /// What [`Publish`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Published {
@@ -74,17 +96,17 @@ impl Published {
 }
 
 /// Publishes files as the next version unless the newest has the same hash
-/// and is genuine (`verifies`: a row planted without the KEK, with the very
-/// files about to be published, must not stand in for them). `seal` computes
-/// the new row's MAC from (version, published_at).
+/// and is genuine (a row planted without the KEK, with the very files about to
+/// be published, must not stand in for them). The number follows both the
+/// newest row and the version the publisher enforces (`after`), so rows
+/// removed from the store never make a number be used twice.
 pub struct Publish {
     pub sha256: String,
     pub sources: String,
     pub trigger: String,
     pub replica: String,
-    #[allow(clippy::type_complexity)]
-    pub seal: Box<dyn Fn(i64, i64) -> String + Send + Sync>,
-    pub verifies: Box<dyn Fn(&VersionRow) -> bool + Send + Sync>,
+    pub after: i64,
+    pub seal: std::sync::Arc<dyn Seal>,
     /// Written with a new version; with an unchanged one only if
     /// `audit_unchanged` (an administrator's reload is audited even when it
     /// changes nothing; a replica's watch seeing what another published is not).
@@ -105,7 +127,7 @@ impl WriteOp for Publish {
             )
             .fetch_optional(&mut ctx.conn)
             .await?;
-            let (last, last_sha) = match newest {
+            let (last, genuine_sha) = match newest {
                 Some(row) => {
                     let row = VersionRow {
                         version: row.try_get("version")?,
@@ -116,18 +138,14 @@ impl WriteOp for Publish {
                         published_at: row.try_get("published_at")?,
                         mac: row.try_get("mac")?,
                     };
-                    let sha = if (self.verifies)(&row) {
-                        row.sha256
-                    } else {
-                        String::new()
-                    };
-                    (row.version, sha)
+                    let genuine = self.seal.verifies(&row);
+                    (row.version, genuine.then_some(row.sha256))
                 }
-                None => (0, String::new()),
+                None => (0, None),
             };
             let mut ev = self.audit.clone();
             let base = ev.detail.take().unwrap_or_default();
-            if last_sha == self.sha256 {
+            if genuine_sha.as_deref() == Some(self.sha256.as_str()) && last >= self.after {
                 if self.audit_unchanged {
                     ev.detail = Some(format!("{base} version={last} unchanged=true"));
                     ctx.audit(&ev).await?;
@@ -136,21 +154,31 @@ impl WriteOp for Publish {
             }
             // A planted row numbered i64::MAX must not wrap the count.
             let version = last
+                .max(self.after)
                 .checked_add(1)
                 .ok_or_else(|| sqlx::Error::Protocol("policy version numbers ran out".into()))?;
-            let now = ctx.now();
+            let mut row = VersionRow {
+                version,
+                sha256: self.sha256.clone(),
+                sources: self.sources.clone(),
+                trigger: self.trigger.clone(),
+                replica: self.replica.clone(),
+                published_at: ctx.now(),
+                mac: String::new(),
+            };
+            row.mac = self.seal.seal(&row);
             let q = ctx.sql(
                 "INSERT INTO policy_versions (version, sha256, sources, trigger, replica, published_at, mac) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
             );
             stmt(&q)
-                .bind(version)
-                .bind(&self.sha256)
-                .bind(&self.sources)
-                .bind(&self.trigger)
-                .bind(&self.replica)
-                .bind(now)
-                .bind((self.seal)(version, now))
+                .bind(row.version)
+                .bind(&row.sha256)
+                .bind(&row.sources)
+                .bind(&row.trigger)
+                .bind(&row.replica)
+                .bind(row.published_at)
+                .bind(&row.mac)
                 .execute(&mut ctx.conn)
                 .await?;
             ev.detail = Some(format!("{base} version={version}"));

@@ -10,7 +10,37 @@ use std::time::Duration;
 both_stores!(
     rotation_keeps_old_tokens_valid_until_they_expire,
     a_key_row_without_the_kek_is_never_published,
+    a_junk_live_key_row_does_not_stop_the_first_key,
 );
+
+/// A store whose only live key row does not open under the KEK (planted, or
+/// from another deployment) still gets a key of its own at start.
+async fn a_junk_live_key_row_does_not_stop_the_first_key(app: TestApp) {
+    use base64::Engine;
+    let (rogue, der) = tessera_broker::keys::SigningKey::generate();
+    let other_kek = tessera_broker::keys::Kek::generate().0;
+    let store = &app.state.store;
+    sqlx::query("DELETE FROM signing_keys")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    sqlx::query(&store.sql(
+        "INSERT INTO signing_keys (kid, public_key, sealed_private_key, created_at) VALUES ($1, $2, $3, $4)",
+    ))
+    .bind(rogue.kid())
+    .bind(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rogue.public_key()))
+    .bind(other_kek.seal(&der, rogue.kid()))
+    .bind(app.state.clock.now())
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let now = app.state.clock.now();
+    let set = tessera_broker::keys::manage::load_or_create(store, &app.state.kek, now)
+        .await
+        .expect("a key of our own is created");
+    assert_ne!(set.signer(now).kid(), rogue.kid());
+    assert!(set.verifying_key(rogue.kid(), now).is_none());
+}
 
 /// Someone who can write the keys table but lacks the KEK inserts their own key.
 async fn a_key_row_without_the_kek_is_never_published(app: TestApp) {

@@ -98,7 +98,7 @@ async fn replicas_share_one_postgres() {
 /// Keys refreshed every second and published 3 s before they sign (the
 /// least `key_refresh + store.timeout + 1s` allows).
 const FAST_KEYS: &str =
-    "[store]\ntimeout = \"1s\"\n[replicas]\nkey_refresh = \"1s\"\nkey_prepublish = \"3s\"\n";
+    "[store]\ntimeout = \"1s\"\n[replicas]\nkey_refresh = \"1s\"\nkey_prepublish = \"4s\"\n";
 
 /// A compact JWS with a `kid` no broker has, and a zero signature.
 fn forged(i: usize) -> String {
@@ -262,8 +262,10 @@ async fn all_report(apps: &[&TestApp], version: i64) -> bool {
 
 /// A reload on one of three replicas publishes a version that every replica
 /// enforces within the stated bound (3 × policy_sync + store.timeout), audited
-/// once; status shows one version everywhere; a version that is not sealed
-/// under the KEK is refused by all and turns readiness, until a genuine one.
+/// once; status shows one version everywhere; a replica started with older
+/// files adopts it rather than rolling everyone back; versions written to the
+/// store without the KEK (new, or a genuine one renumbered) are refused by all
+/// and named; a genuine version a replica cannot compile turns its readiness.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_policy_version_for_every_replica() {
     let extra = crate::support::app::Extra {
@@ -335,20 +337,79 @@ async fn one_policy_version_for_every_replica() {
         .collect();
     assert_eq!(of_v2.len(), 1, "audited once: {published:?}");
 
-    // Someone with the store but not the KEK publishes a permit-all version 3.
+    // Someone with the store but not the KEK publishes a permit-all version 3
+    // (and a copy of genuine version 1 renumbered 4: its MAC covers the number).
     let files = tessera_broker::policy::files::PolicyFiles::read_dir(&b.policy_dir()).unwrap();
     let sources = serde_json::to_string(&files).unwrap();
-    sqlx::query(&a.state.store.sql(
-        "INSERT INTO policy_versions (version, sha256, sources, trigger, replica, published_at, mac) \
-         VALUES (3, $1, $2, 'admin', 'intruder', $3, $4)",
-    ))
-    .bind(files.sha256())
-    .bind(&sources)
-    .bind(a.state.clock.now())
-    .bind("00".repeat(32))
-    .execute(a.state.store.pool())
-    .await
-    .unwrap();
+    let insert = "INSERT INTO policy_versions (version, sha256, sources, trigger, replica, published_at, mac) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)";
+    sqlx::query(&a.state.store.sql(insert))
+        .bind(3i64)
+        .bind(files.sha256())
+        .bind(&sources)
+        .bind("admin")
+        .bind("intruder")
+        .bind(a.state.clock.now())
+        .bind("00".repeat(32))
+        .execute(a.state.store.pool())
+        .await
+        .unwrap();
+    let v1 = tessera_broker::store::policy_versions::load(&a.state.store, 1)
+        .await
+        .unwrap()
+        .unwrap();
+    sqlx::query(&a.state.store.sql(insert))
+        .bind(4i64)
+        .bind(&v1.sha256)
+        .bind(&v1.sources)
+        .bind(&v1.trigger)
+        .bind(&v1.replica)
+        .bind(v1.published_at)
+        .bind(&v1.mac)
+        .execute(a.state.store.pool())
+        .await
+        .unwrap();
+    // Refused everywhere, named in the status, and no reason to leave rotation.
+    within(bound, "the unsealed versions named", || async {
+        status(&a).await["unsealed_versions"] == json!([4, 3])
+    })
+    .await;
+    tokio::time::sleep(bound).await;
+    for app in all {
+        assert_eq!(app.get("/readyz", None).await.status(), StatusCode::OK);
+        assert_error(
+            app.capability(&token, "read", "svc-reports:reports/q1")
+                .await,
+            StatusCode::FORBIDDEN,
+            "capability_denied",
+        )
+        .await;
+    }
+    assert!(all_report(&all, 2).await);
+
+    // A genuine version 5 that does not compile here (as from a newer broker):
+    // every replica keeps version 2 and says policy_behind.
+    use tessera_broker::store::policy_versions::Seal;
+    let mut broken = v1.clone();
+    broken.version = 5;
+    let mut bad_files = files.clone();
+    bad_files
+        .policies
+        .push(("new.cedar".into(), "permit (".into()));
+    broken.sources = serde_json::to_string(&bad_files).unwrap();
+    broken.sha256 = bad_files.sha256();
+    broken.mac = tessera_broker::policy_versions::PolicySeal::new(&a.state.kek).seal(&broken);
+    sqlx::query(&a.state.store.sql(insert))
+        .bind(broken.version)
+        .bind(&broken.sha256)
+        .bind(&broken.sources)
+        .bind(&broken.trigger)
+        .bind(&broken.replica)
+        .bind(broken.published_at)
+        .bind(&broken.mac)
+        .execute(a.state.store.pool())
+        .await
+        .unwrap();
     for app in all {
         within(bound + bound, "policy_behind in /readyz", || async {
             let resp = app.get("/readyz", None).await;
@@ -366,7 +427,7 @@ async fn one_policy_version_for_every_replica() {
         )
         .await;
     }
-    // A genuine reload publishes version 4, and every replica is ready on it.
+    // A genuine reload publishes version 6, and every replica is ready on it.
     std::fs::remove_file(a.policy_dir().join("stop.cedar")).unwrap();
     let reloaded: Value = a
         .post("/v1/admin/policy/reload", Some(&a.admin_token), Value::Null)
@@ -374,9 +435,9 @@ async fn one_policy_version_for_every_replica() {
         .json()
         .await
         .unwrap();
-    assert_eq!(reloaded["version"], 4, "{reloaded}");
+    assert_eq!(reloaded["version"], 6, "{reloaded}");
     within(bound, "status after the genuine version", || {
-        all_report(&all, 4)
+        all_report(&all, 6)
     })
     .await;
     for app in all {
