@@ -58,6 +58,15 @@ impl Health {
         };
     }
 
+    /// A replica that starts unable to adopt the newest version never
+    /// enforced a published one: `policy_behind` at once, not after the limit.
+    pub fn policy_behind_from_start(&self, newest: i64) {
+        let long_ago = std::time::Instant::now()
+            .checked_sub(Duration::from_secs(86_400))
+            .unwrap_or_else(std::time::Instant::now);
+        *self.policy_behind.lock().unwrap_or_else(|p| p.into_inner()) = Some((newest, long_ago));
+    }
+
     fn policy_behind(&self) -> Option<(i64, Duration)> {
         self.policy_behind
             .lock()

@@ -132,8 +132,19 @@ pub async fn publish_at_start(app: &App) -> anyhow::Result<()> {
             }
             Ok(None) => {}
             Err(AdoptError::Store(e)) => return Err(e.into()),
-            Err(e) => tracing::error!(error = %e,
-                "the newest published policy version cannot be adopted; publishing this broker's files"),
+            // A version from a newer broker: not a reason to publish older
+            // files over it for everyone. This replica holds its own files,
+            // unpublished, and is not ready (`policy_behind`, at once) until
+            // it can adopt a published version.
+            Err(AdoptError::Invalid { version, errors }) => {
+                tracing::error!(version, %errors,
+                    "the newest published policy version does not compile here (an older broker?); \
+                     serving this broker's own files, unpublished, and reporting policy_behind");
+                app.replace_policy(engine);
+                app.set_policy_in_force(InForce { version: 0, sha256 });
+                app.health.policy_behind_from_start(version);
+                return Ok(());
+            }
         }
     }
     // What the files no longer grant (they may have changed while the broker
@@ -174,16 +185,13 @@ pub enum AdoptError {
     Invalid { version: i64, errors: String },
 }
 
-/// How many versions above the one in force are looked at for a genuine one
-/// (rows planted above it are skipped, up to this many).
-pub const LOOK_BACK: i64 = 16;
-
 /// Switches this replica to the newest genuine version above `above`,
 /// compiled from its stored files; `None` when there is none. A version whose
 /// seal or hash does not check (written without the KEK) is logged and
 /// skipped: it can neither come into force nor hold a genuine one back.
 pub async fn adopt_newest(app: &App, above: i64) -> Result<Option<i64>, AdoptError> {
-    for row in stored::above(&app.store, above, LOOK_BACK).await? {
+    let mut rows = stored::Descending::new(above);
+    while let Some(row) = rows.next(&app.store).await? {
         let files = serde_json::from_str::<PolicyFiles>(&row.sources).ok();
         let genuine = app.policy_seal.verifies(&row)
             && files.as_ref().is_some_and(|f| f.sha256() == row.sha256);

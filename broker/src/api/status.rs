@@ -17,6 +17,9 @@ use axum::extract::State;
 use axum::Json;
 use tessera_client::types::{BrokerStatus, PublishedPolicy, ReplicaStatus};
 
+/// At most this many unsealed versions are listed.
+const MAX_UNSEALED_SHOWN: usize = 100;
+
 /// Instances silent this long are left out (crashed and never judged).
 const FORGOTTEN_AFTER_SECS: i64 = 3600;
 
@@ -55,9 +58,13 @@ pub async fn status(
     // are not were written to the store directly and are named, not shown.
     let mut unsealed_versions = Vec::new();
     let mut published_policy = None;
-    for row in policy_versions::above(&app.store, 0, crate::policy_versions::LOOK_BACK).await? {
+    let mut rows = policy_versions::Descending::new(0);
+    while let Some(row) = rows.next(&app.store).await? {
         if !app.policy_seal.verifies(&row) {
-            unsealed_versions.push(row.version);
+            // Named up to a bound; the log and the table have the rest.
+            if unsealed_versions.len() < MAX_UNSEALED_SHOWN {
+                unsealed_versions.push(row.version);
+            }
             continue;
         }
         published_policy = Some(PublishedPolicy {

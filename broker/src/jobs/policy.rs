@@ -22,34 +22,34 @@ pub async fn reload_on_sighup(app: AppState) {
 
 /// Switches to each newer published policy version (every `[replicas]
 /// policy_sync`), and writes what this replica enforces to its instance row
-/// whenever that changes. A newest version that was tried and not adopted
-/// (none genuine above the one in force, or it does not compile here) is not
-/// tried again until a newer one appears; readiness reports `policy_behind`
+/// whenever that changes. Versions that were tried and not adopted (none
+/// genuine above the one in force, or it does not compile here) are not tried
+/// again until a row is added; readiness reports `policy_behind`
 /// only for a genuine version this replica cannot enforce.
 pub async fn sync(app: AppState) {
     let mut tick = tokio::time::interval(app.config.replicas.policy_sync);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut tried: Option<i64> = None;
+    let mut tried: Option<crate::store::policy_versions::Marker> = None;
     let mut moved_back = false;
     let mut reported: Option<(i64, String)> = None;
     loop {
         tick.tick().await;
-        match crate::store::policy_versions::newest(&app.store).await {
+        match crate::store::policy_versions::marker(&app.store).await {
             Ok(Some(head)) => {
                 let in_force = app.policy_in_force().version;
                 // Versions only ever grow: a newest one below the one in force
                 // means rows were removed underneath the brokers.
-                let back = head.version < in_force;
+                let back = head.highest < in_force;
                 if back && !moved_back {
-                    tracing::error!(newest = head.version, in_force,
+                    tracing::error!(newest = head.highest, in_force,
                         "published policy versions moved back: rows were removed from the store; this replica keeps the version it enforces");
                     app.metrics.background("policy_sync", "moved_back");
                 }
                 moved_back = back;
-                if head.version <= in_force {
+                if head.highest <= in_force {
                     app.health.policy_sync_saw(in_force, in_force);
-                } else if tried != Some(head.version) && adopt_newer(&app).await {
-                    tried = Some(head.version);
+                } else if tried != Some(head) && adopt_newer(&app).await {
+                    tried = Some(head);
                 }
             }
             Ok(None) => {}

@@ -10,12 +10,21 @@ use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{decode, Store, StoreError};
 use crate::audit::AuditEvent;
 
-/// The newest version, without its files (what the sync loop reads each tick).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct VersionHead {
-    pub version: i64,
-    pub sha256: String,
-    pub published_at: i64,
+/// What the sync loop reads each tick: the highest number and how many rows
+/// there are. Either changes with every insert, also one below a planted row
+/// numbered higher than any genuine version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marker {
+    pub highest: i64,
+    pub rows: i64,
+}
+
+pub async fn marker(store: &Store) -> Result<Option<Marker>, StoreError> {
+    let q = "SELECT MAX(version) AS highest, COUNT(*) AS n FROM policy_versions";
+    let row = sqlx::query(q).fetch_one(store.pool()).await?;
+    let highest: Option<i64> = super::col(&row, "highest")?;
+    let rows: i64 = super::col(&row, "n")?;
+    Ok(highest.map(|highest| Marker { highest, rows }))
 }
 
 /// One published version as stored.
@@ -29,15 +38,6 @@ pub struct VersionRow {
     pub replica: String,
     pub published_at: i64,
     pub mac: String,
-}
-
-pub async fn newest(store: &Store) -> Result<Option<VersionHead>, StoreError> {
-    let q =
-        "SELECT version, sha256, published_at FROM policy_versions ORDER BY version DESC LIMIT 1";
-    match sqlx::query(q).fetch_optional(store.pool()).await? {
-        Some(row) => Ok(Some(decode(&row)?)),
-        None => Ok(None),
-    }
 }
 
 pub async fn load(store: &Store, version: i64) -> Result<Option<VersionRow>, StoreError> {
@@ -55,18 +55,52 @@ pub async fn load(store: &Store, version: i64) -> Result<Option<VersionRow>, Sto
     }
 }
 
-/// The newest `limit` versions numbered above `version`, newest first.
-pub async fn above(store: &Store, version: i64, limit: i64) -> Result<Vec<VersionRow>, StoreError> {
-    let q = store.sql(
-        "SELECT version, sha256, sources, trigger, replica, published_at, mac \
-         FROM policy_versions WHERE version > $1 ORDER BY version DESC LIMIT $2",
-    );
-    let rows = sqlx::query(&q)
-        .bind(version)
-        .bind(limit)
-        .fetch_all(store.pool())
-        .await?;
-    rows.iter().map(decode).collect()
+/// The versions numbered above a floor, newest first, read a page at a
+/// time: however many rows were planted above a genuine version, it is
+/// reached.
+pub struct Descending {
+    floor: i64,
+    below: i64,
+    page: std::collections::VecDeque<VersionRow>,
+    done: bool,
+}
+
+const PAGE: i64 = 32;
+
+impl Descending {
+    pub fn new(floor: i64) -> Self {
+        Descending {
+            floor,
+            below: i64::MAX,
+            page: Default::default(),
+            done: false,
+        }
+    }
+
+    pub async fn next(&mut self, store: &Store) -> Result<Option<VersionRow>, StoreError> {
+        if self.page.is_empty() && !self.done {
+            let q = store.sql(
+                "SELECT version, sha256, sources, trigger, replica, published_at, mac \
+                 FROM policy_versions WHERE version > $1 AND version <= $2 \
+                 ORDER BY version DESC LIMIT $3",
+            );
+            let rows = sqlx::query(&q)
+                .bind(self.floor)
+                .bind(self.below)
+                .bind(PAGE)
+                .fetch_all(store.pool())
+                .await?;
+            self.done = (rows.len() as i64) < PAGE;
+            for row in &rows {
+                self.page.push_back(decode(row)?);
+            }
+            if let Some(last) = self.page.back() {
+                // Above the floor, so never i64::MIN: no wrap.
+                self.below = last.version - 1;
+            }
+        }
+        Ok(self.page.pop_front())
+    }
 }
 
 /// Seals a version row and checks a seal: implemented where the KEK is
@@ -121,14 +155,24 @@ impl WriteOp for Publish {
         ctx: &'a mut WriteCtx<'_>,
     ) -> BoxFuture<'a, Result<Published, sqlx::Error>> {
         Box::pin(async move {
-            let newest = stmt(
-                "SELECT version, sha256, sources, trigger, replica, published_at, mac \
-                 FROM policy_versions ORDER BY version DESC LIMIT 1",
-            )
-            .fetch_optional(&mut ctx.conn)
-            .await?;
-            let (last, genuine_sha) = match newest {
-                Some(row) => {
+            // The highest number in use, and the newest row that is sealed
+            // (rows above it were written without the KEK: skipped, paged
+            // through however many there are).
+            let mut highest: Option<i64> = None;
+            let mut genuine: Option<VersionRow> = None;
+            let mut below = i64::MAX;
+            'pages: loop {
+                let q = ctx.sql(
+                    "SELECT version, sha256, sources, trigger, replica, published_at, mac \
+                     FROM policy_versions WHERE version <= $1 ORDER BY version DESC LIMIT $2",
+                );
+                let page = stmt(&q)
+                    .bind(below)
+                    .bind(PAGE)
+                    .fetch_all(&mut ctx.conn)
+                    .await?;
+                let full = page.len() as i64 == PAGE;
+                for row in &page {
                     let row = VersionRow {
                         version: row.try_get("version")?,
                         sha256: row.try_get("sha256")?,
@@ -138,25 +182,42 @@ impl WriteOp for Publish {
                         published_at: row.try_get("published_at")?,
                         mac: row.try_get("mac")?,
                     };
-                    let genuine = self.seal.verifies(&row);
-                    (row.version, genuine.then_some(row.sha256))
+                    highest.get_or_insert(row.version);
+                    if self.seal.verifies(&row) {
+                        genuine = Some(row);
+                        break 'pages;
+                    }
+                    below = row.version.saturating_sub(1);
                 }
-                None => (0, None),
-            };
+                if !full {
+                    break;
+                }
+            }
+            let sealed = genuine.as_ref().map_or(0, |r| r.version);
+            let last = highest.unwrap_or(0);
+            let genuine_sha = genuine.map(|r| r.sha256);
             let mut ev = self.audit.clone();
             let base = ev.detail.take().unwrap_or_default();
-            if genuine_sha.as_deref() == Some(self.sha256.as_str()) && last >= self.after {
+            if genuine_sha.as_deref() == Some(self.sha256.as_str()) && sealed >= self.after {
                 if self.audit_unchanged {
-                    ev.detail = Some(format!("{base} version={last} unchanged=true"));
+                    ev.detail = Some(format!("{base} version={sealed} unchanged=true"));
                     ctx.audit(&ev).await?;
                 }
-                return Ok(Published::Unchanged(last));
+                return Ok(Published::Unchanged(sealed));
             }
-            // A planted row numbered i64::MAX must not wrap the count.
-            let version = last
-                .max(self.after)
-                .checked_add(1)
-                .ok_or_else(|| sqlx::Error::Protocol("policy version numbers ran out".into()))?;
+            // Above every row, unsealed ones included (they stay as evidence);
+            // if a planted row took the last number, right above the newest
+            // sealed version instead, replacing whatever unsealed row is there.
+            let version = match last.max(self.after).checked_add(1) {
+                Some(v) => v,
+                None => {
+                    // `sealed` and `after` are genuine numbers, far below i64::MAX.
+                    let v = sealed.max(self.after) + 1;
+                    let q = ctx.sql("DELETE FROM policy_versions WHERE version = $1");
+                    stmt(&q).bind(v).execute(&mut ctx.conn).await?;
+                    v
+                }
+            };
             let mut row = VersionRow {
                 version,
                 sha256: self.sha256.clone(),

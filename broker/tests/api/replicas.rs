@@ -410,6 +410,21 @@ async fn one_policy_version_for_every_replica() {
         .execute(a.state.store.pool())
         .await
         .unwrap();
+    // Buried under more planted rows than one page, the last numbered
+    // i64::MAX: version 5 is still found, and numbering goes on.
+    for forged in (100i64..=140).chain([i64::MAX]) {
+        sqlx::query(&a.state.store.sql(insert))
+            .bind(forged)
+            .bind(files.sha256())
+            .bind(&sources)
+            .bind("admin")
+            .bind("intruder")
+            .bind(a.state.clock.now())
+            .bind("00".repeat(32))
+            .execute(a.state.store.pool())
+            .await
+            .unwrap();
+    }
     for app in all {
         within(bound + bound, "policy_behind in /readyz", || async {
             let resp = app.get("/readyz", None).await;
@@ -427,6 +442,22 @@ async fn one_policy_version_for_every_replica() {
         )
         .await;
     }
+    // A replica started now (an older broker, as it were) does not publish
+    // its files over version 5: it is behind like the others.
+    let e = a.replica().await;
+    assert_eq!(status(&e).await["published_policy"]["version"], 5);
+    within(
+        bound + bound,
+        "policy_behind on the new replica",
+        || async {
+            let v: Value = e.get("/readyz", None).await.json().await.unwrap();
+            v["reasons"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r["code"] == "policy_behind"))
+        },
+    )
+    .await;
+    let all = [&a, &b, &c, &d, &e];
     // A genuine reload publishes version 6, and every replica is ready on it.
     std::fs::remove_file(a.policy_dir().join("stop.cedar")).unwrap();
     let reloaded: Value = a
