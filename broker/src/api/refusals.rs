@@ -74,7 +74,9 @@ pub fn issuance(outcome: IssueOutcome) -> ApiError {
             ErrorCode::ApprovalRedeemed,
             "the approval was redeemed, expired or cancelled meanwhile",
         ),
-        IssueOutcome::Issued | IssueOutcome::Denied => ApiError::internal(),
+        IssueOutcome::Issued | IssueOutcome::Denied | IssueOutcome::Unrecordable => {
+            ApiError::internal()
+        }
     }
 }
 

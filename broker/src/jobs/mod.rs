@@ -10,6 +10,7 @@
 //! | audit checkpoints (`audit::checkpoint`) | signs the head and hands it to the witnesses | `[audit]` settings |
 //! | [`webhooks`] | announces pending approvals from the outbox | woken by every new approval, else every second |
 //! | [`retention`] | deletes ended runs (and exported audit rows) past their retention | `retention.interval` |
+//! | [`run_index`] | indexes newly issued capabilities by run (`store::run_index`; SQLite) | every 250 ms |
 //!
 //! Why one place: each job is a loop that must survive a store outage (log,
 //! retry next tick) and some must finish or hand back their work at shutdown;
@@ -21,6 +22,7 @@ pub mod keys;
 pub mod policy;
 pub mod retention;
 pub mod revocation;
+pub mod run_index;
 pub mod webhooks;
 
 use crate::app::AppState;
@@ -47,6 +49,9 @@ pub fn start(app: &AppState) -> Running {
     tokio::spawn(crate::audit::checkpoint::run_witness(app.clone()));
     tokio::spawn(webhooks::run(app.clone()));
     tokio::spawn(retention::run(app.clone()));
+    if crate::store::run_index::trails(app.store.dialect()) {
+        tokio::spawn(run_index::run(app.clone()));
+    }
     Running {
         app: app.clone(),
         revocation_worker: tokio::spawn(revocation::run(app.clone())),

@@ -63,6 +63,9 @@ pub enum IssueOutcome {
     /// The approval to redeem is no longer approved-and-unredeemed (redeemed by a
     /// concurrent request, expired, or cancelled since it was read).
     ApprovalUnavailable,
+    /// Not recorded: its audit row does not name it and its run (a bug in
+    /// the caller; nothing was charged or written).
+    Unrecordable,
 }
 
 pub struct IssueCapability {
@@ -189,6 +192,19 @@ async fn apply_issuances(
     let mut issued: Vec<usize> = Vec::new();
     let mut outcomes: Vec<IssueOutcome> = Vec::with_capacity(ops.len());
     for (i, op) in ops.iter().enumerate() {
+        if let Some(r) = &op.record {
+            // The run index is filled from this row (store::run_index): one
+            // that does not name its capability would leave it unindexed, so
+            // it is refused alone, before anything is charged or recorded.
+            if op.audit.capability_id.as_deref() != Some(r.id.as_str())
+                || op.audit.run_id.as_deref() != Some(r.run_id.as_str())
+                || op.audit.event != crate::audit::events::CAPABILITY_ISSUED
+            {
+                debug_assert!(false, "an issuance's audit row names another capability");
+                outcomes.push(IssueOutcome::Unrecordable);
+                continue;
+            }
+        }
         let state = op
             .run_id()
             .and_then(|id| runs.get(id))
@@ -705,9 +721,10 @@ pub struct CapabilityRow {
 }
 
 pub async fn list_for_run(store: &Store, run_id: &str) -> Result<Vec<CapabilityRow>, StoreError> {
-    let q = store.sql(
+    let q = format!(
         "SELECT id, action, resource, issued_at, expires_at, uses, uses_left, revoked_at \
-         FROM capabilities WHERE run_id = $1 ORDER BY issued_at, id",
+         FROM capabilities WHERE {} ORDER BY issued_at, id",
+        super::run_index::of_run_1(store.dialect())
     );
     let rows = sqlx::query(&q).bind(run_id).fetch_all(store.pool()).await?;
     rows.iter()

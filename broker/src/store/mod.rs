@@ -13,6 +13,7 @@ pub mod approvals;
 pub mod approvers;
 pub mod audit;
 pub mod capabilities;
+pub mod checkpoint;
 pub mod health;
 pub mod holds;
 pub mod instances;
@@ -22,6 +23,7 @@ pub mod query;
 pub mod rate;
 pub mod retention;
 pub mod revocations;
+pub mod run_index;
 pub mod runs;
 pub mod runtimes;
 pub mod sql;
@@ -103,6 +105,10 @@ fn connect_spec(url: &StoreUrl) -> (String, Dialect, &'static [&'static str]) {
                 // durability (the WAL, `synchronous = FULL`) is untouched
                 // (docs/performance.md, issue 20).
                 "PRAGMA temp_store = MEMORY",
+                // A committing connection checkpoints in-line only past this
+                // many WAL pages: a thread of its own checkpoints long before
+                // (store::checkpoint), off the writer's commit cycle.
+                "PRAGMA wal_autocheckpoint = 10000",
             ],
         ),
         StoreUrl::Postgres(u) => (
@@ -135,18 +141,26 @@ fn open_native(
     path: &std::path::Path,
     init: &'static [&'static str],
 ) -> Result<writer::Connection, StoreError> {
-    let unavailable = |e: sqlx::Error| StoreError::Unavailable(e.to_string());
+    native_connection(path, init)
+        .map(writer::Connection::Native)
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
+}
+
+/// A native connection to the SQLite file at `path`, with `init` run on it.
+fn native_connection(
+    path: &std::path::Path,
+    init: &'static [&'static str],
+) -> Result<rusqlite::Connection, sqlx::Error> {
     // No URI interpretation: the path is a file name, as the pool reads it.
     let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
         | rusqlite::OpenFlags::SQLITE_OPEN_CREATE
         | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = rusqlite::Connection::open_with_flags(path, flags)
-        .map_err(|e| unavailable(query::native(e)))?;
+    let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(query::native)?;
     conn.set_prepared_statement_cache_capacity(query::NATIVE_STATEMENT_CACHE);
     for stmt in init {
-        query::native_exec(&conn, stmt).map_err(unavailable)?;
+        query::native_exec(&conn, stmt)?;
     }
-    Ok(writer::Connection::Native(conn))
+    Ok(conn)
 }
 
 impl Store {
@@ -200,7 +214,13 @@ impl Store {
                 })
             }
         };
-        let writer = writer::Writer::start(dialect, clock.clone(), connect, timeout);
+        let checkpoints = match store_url {
+            StoreUrl::Sqlite(path) => Some(checkpoint::start(path.clone(), move |p| {
+                native_connection(p, init)
+            })),
+            StoreUrl::Postgres(_) => None,
+        };
+        let writer = writer::Writer::start(dialect, clock.clone(), connect, timeout, checkpoints);
         Ok(Store {
             pool,
             dialect,
@@ -350,28 +370,115 @@ mod tests {
         assert_eq!(pragma("journal_mode"), "wal");
         assert_eq!(pragma("foreign_keys"), "1");
         assert_eq!(pragma("busy_timeout"), "5000");
+        assert_eq!(
+            pragma("wal_autocheckpoint"),
+            checkpoint::BACKSTOP_PAGES.to_string()
+        );
         drop(native);
         let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A new SQLite store migrated up to, not including, 0008 (lean audit rows).
     async fn sqlite_before_0008() -> (std::path::PathBuf, sqlx::AnyConnection) {
+        sqlite_before(8).await
+    }
+
+    /// A new SQLite store migrated up to, not including, `version`.
+    async fn sqlite_before(version: i64) -> (std::path::PathBuf, sqlx::AnyConnection) {
         sqlx::any::install_default_drivers();
-        let dir = std::env::temp_dir().join(format!("tessera-mig8-{}", crate::ids::new_id()));
+        let dir = std::env::temp_dir().join(format!("tessera-mig-{}", crate::ids::new_id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (url, _, init) = connect_spec(&StoreUrl::Sqlite(dir.join("t.db")));
         let mut conn = open_connection(&url, init).await.unwrap();
-        let before_0008 = sqlx::migrate::Migrator {
+        let before = sqlx::migrate::Migrator {
             migrations: SQLITE_MIGRATOR
                 .migrations
                 .iter()
-                .filter(|m| m.version < 8)
+                .filter(|m| m.version < version)
                 .cloned()
                 .collect(),
             ..sqlx::migrate::Migrator::DEFAULT
         };
-        before_0008.run(&mut conn).await.unwrap();
+        before.run(&mut conn).await.unwrap();
         (dir, conn)
+    }
+
+    /// 0011 on a store with capabilities and a lease: every row kept, each
+    /// capability indexed under its run, the mark at the last audit row, no
+    /// foreign key from capabilities to runs (retention would read the whole
+    /// table per deleted run), and leases still bound to their capability.
+    #[tokio::test]
+    async fn the_run_index_migration_keeps_every_capability_and_indexes_it() {
+        use sqlx::Row;
+        let (dir, mut conn) = sqlite_before(11).await;
+        for q in [
+            "INSERT INTO runtimes (id, name, key_hash, users, task_kinds, created_at) \
+             VALUES ('rt', 'rt', 'h', '*', '*', 1)",
+            "INSERT INTO runs (id, token_hash, runtime_id, runtime_name, user_name, task_id, \
+             task_kind, task_attributes, labels, created_at, expires_at) \
+             VALUES ('r1', 't1', 'rt', 'rt', 'u', 'k', 'k', '{}', '[]', 1, 9), \
+                    ('r2', 't2', 'rt', 'rt', 'u', 'k', 'k', '{}', '[]', 1, 9)",
+            "INSERT INTO capabilities (id, run_id, kid, action, resource, backend, policies, \
+             issued_at, expires_at, uses, uses_left, slot) \
+             VALUES ('c1', 'r1', 'k', 'read', 'b:x', 'b', 'p', 1, 9, 3, 2, NULL), \
+                    ('c2', 'r2', 'k', 'read', 'b:y', 'b', 'p', 1, 9, 1, 1, 's')",
+            "INSERT INTO leases (id, capability_id, run_id, backend, kind, created_at, expires_at) \
+             VALUES ('l1', 'c1', 'r1', 'b', 'token', 1, 9)",
+            "INSERT INTO audit (seq, at_ms, event, decision, hash) VALUES (7, 1, 'x', 'allow', 'h')",
+        ] {
+            sqlx::query(q).execute(&mut conn).await.unwrap();
+        }
+        SQLITE_MIGRATOR.run(&mut conn).await.unwrap();
+        let rows = sqlx::query("SELECT id, run_id, uses_left, slot FROM capabilities ORDER BY id")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        let got: Vec<(String, String, i64, Option<String>)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("c1".into(), "r1".into(), 2, None),
+                ("c2".into(), "r2".into(), 1, Some("s".into()))
+            ]
+        );
+        let pairs = sqlx::query("SELECT run_id, capability_id FROM run_capabilities ORDER BY 1")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        let pairs: Vec<(String, String)> = pairs.iter().map(|r| (r.get(0), r.get(1))).collect();
+        assert_eq!(
+            pairs,
+            vec![("r1".into(), "c1".into()), ("r2".into(), "c2".into())]
+        );
+        let mark: i64 = sqlx::query_scalar("SELECT through_seq FROM run_capabilities_mark")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(mark, 7);
+        let parents: Vec<String> =
+            sqlx::query_scalar("SELECT \"table\" FROM pragma_foreign_key_list('capabilities')")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        assert!(parents.is_empty(), "{parents:?}");
+        let broken = sqlx::query("PRAGMA foreign_key_check")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        assert!(broken.is_empty());
+        // The lease's key to its capability holds as before.
+        let orphan = sqlx::query(
+            "INSERT INTO leases (id, capability_id, run_id, backend, kind, created_at, expires_at) \
+             VALUES ('l2', 'nope', 'r1', 'b', 'token', 1, 9)",
+        )
+        .execute(&mut conn)
+        .await;
+        assert!(orphan.is_err(), "a lease of no capability is refused");
+        drop(conn);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// The old audit key took any value; a row whose `seq` is not an integer

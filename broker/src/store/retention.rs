@@ -18,9 +18,10 @@
 //! long; the pruner (`jobs::retention`) submits batches until none is left.
 
 use super::query::{stmt, Columns};
+use super::run_index;
 use super::sql::in_list;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
-use super::{col, Store, StoreError};
+use super::{col, Dialect, Store, StoreError};
 use crate::audit::{events, AuditEvent};
 
 /// Runs deleted per transaction.
@@ -105,6 +106,8 @@ impl WriteOp for PruneRuns {
             if ids.is_empty() {
                 return Ok(Pruned::default());
             }
+            // Every capability of these runs is in the run index.
+            run_index::catch_up(ctx, None).await?;
             let list = in_list(ctx.dialect, ids.len());
             let approvals_of = format!("SELECT id FROM approvals WHERE run_id IN ({list})");
             // Children before parents (foreign keys).
@@ -114,16 +117,43 @@ impl WriteOp for PruneRuns {
                 format!("DELETE FROM approvals WHERE run_id IN ({list})"),
                 format!("DELETE FROM revocations WHERE run_id IN ({list})"),
                 format!("DELETE FROM leases WHERE run_id IN ({list})"),
-                format!("DELETE FROM capabilities WHERE run_id IN ({list})"),
+                if run_index::trails(ctx.dialect) {
+                    // The run_id test too: a wrong pair in the index (a table
+                    // anyone with the file can write) deletes nothing of
+                    // another run.
+                    format!(
+                        "DELETE FROM capabilities WHERE id IN \
+                         (SELECT capability_id FROM run_capabilities WHERE run_id IN ({list})) \
+                         AND run_id IN ({list})"
+                    )
+                } else {
+                    format!("DELETE FROM capabilities WHERE run_id IN ({list})")
+                },
                 format!("DELETE FROM runs WHERE id IN ({list})"),
             ];
             let mut counts = [0u64; 7];
             for (i, sql) in statements.iter().enumerate() {
                 let mut query = stmt(sql);
+                // SQLite's markers are anonymous: a list used twice is bound
+                // twice; PostgreSQL's numbered ones are bound once.
+                let uses = match ctx.dialect {
+                    Dialect::Sqlite => sql.matches(list.as_str()).count().max(1),
+                    Dialect::Postgres => 1,
+                };
+                for _ in 0..uses {
+                    for id in &ids {
+                        query = query.bind(id.as_str());
+                    }
+                }
+                counts[i] = query.execute(&mut ctx.conn).await?.rows_affected();
+            }
+            if run_index::trails(ctx.dialect) {
+                let q = format!("DELETE FROM run_capabilities WHERE run_id IN ({list})");
+                let mut query = stmt(&q);
                 for id in &ids {
                     query = query.bind(id.as_str());
                 }
-                counts[i] = query.execute(&mut ctx.conn).await?.rows_affected();
+                query.execute(&mut ctx.conn).await?;
             }
             // The run's rate buckets: `run:<id>` and `run:<id>:…`.
             let buckets = ctx
@@ -218,6 +248,8 @@ impl WriteOp for PruneAudit {
     type Output = u64;
     fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<u64, sqlx::Error>> {
         Box::pin(async move {
+            // The run index is filled from audit rows: none is deleted unread.
+            run_index::catch_up(ctx, None).await?;
             let state = stmt("SELECT through_seq FROM audit_prune WHERE id = 1")
                 .fetch_optional(&mut ctx.conn)
                 .await?;

@@ -242,9 +242,13 @@ pub(crate) async fn revoke_everything(
     reason: &'static str,
 ) -> Result<RevokedCounts, sqlx::Error> {
     let mut counts = RevokedCounts::default();
-    let q = ctx.sql(
-        "UPDATE capabilities SET revoked_at = $1, revoke_reason = $2 \
-         WHERE run_id = $3 AND revoked_at IS NULL",
+    // Every capability the run was issued, committed before this batch.
+    super::run_index::catch_up(ctx, None).await?;
+    let q = format!(
+        "UPDATE capabilities SET revoked_at = {}, revoke_reason = {} WHERE {} AND revoked_at IS NULL",
+        super::placeholder(ctx.dialect, 1),
+        super::placeholder(ctx.dialect, 2),
+        super::run_index::of_run_3(ctx.dialect)
     );
     counts.capabilities = stmt(&q)
         .bind(now)

@@ -89,6 +89,15 @@ impl WriteCtx<'_> {
         Ok(())
     }
 
+    /// Whether this batch already holds (unwritten) the audit row of a
+    /// capability it issued: what reads only committed audit rows
+    /// (`run_index::catch_up`) would miss it.
+    pub fn buffers_an_issuance(&self) -> bool {
+        self.audit_rows
+            .iter()
+            .any(|r| r.event.event == crate::audit::events::CAPABILITY_ISSUED)
+    }
+
     async fn flush_audit(&mut self) -> Result<(), sqlx::Error> {
         let rows = std::mem::take(&mut self.audit_rows);
         let key_id = self.audit_key.as_ref().map(|k| k.id.as_str());
@@ -330,10 +339,18 @@ pub struct WriterEnv {
     /// Whether the last batch committed, and why not (readiness, logs).
     health: WriterHealth,
     stats: Arc<WriterStats>,
+    /// Told of every commit (SQLite: the checkpoint thread).
+    committed: Option<super::checkpoint::Signal>,
 }
 
 impl Writer {
-    pub fn start(dialect: Dialect, clock: Clock, connect: Connector, timeout: Duration) -> Writer {
+    pub fn start(
+        dialect: Dialect,
+        clock: Clock,
+        connect: Connector,
+        timeout: Duration,
+        committed: Option<super::checkpoint::Signal>,
+    ) -> Writer {
         let (tx, rx) = mpsc::channel(8 * MAX_BATCH);
         let stats = Arc::new(WriterStats::default());
         let env = Arc::new(WriterEnv {
@@ -342,6 +359,7 @@ impl Writer {
             high_water: AtomicI64::new(0),
             health: WriterHealth::default(),
             stats: stats.clone(),
+            committed,
         });
         let task = run(rx, connect, dialect, env.clone(), stats.clone());
         match dialect {
@@ -496,6 +514,9 @@ async fn run(
                 Err(e) => {
                     env.health
                         .failed(Cause::of_message(&e.to_string()), &e.to_string());
+                    if let Some(signal) = &env.committed {
+                        signal.failed();
+                    }
                     fail_all(batch, &e);
                     continue;
                 }
@@ -549,6 +570,9 @@ async fn commit_or_retry(
     match attempt(&mut conn, &mut batch, dialect, env).await {
         Ok(()) => {
             health.ok();
+            if let Some(signal) = &env.committed {
+                signal.committed();
+            }
             stats.commits.fetch_add(1, Ordering::Relaxed);
             stats.ops.fetch_add(n, Ordering::Relaxed);
             for job in batch {
@@ -558,6 +582,9 @@ async fn commit_or_retry(
         }
         Err(e) => {
             stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+            if let Some(signal) = &env.committed {
+                signal.failed();
+            }
             // A refused statement keeps the connection, unless the refusal says the
             // connection itself is unusable now (SQLite read-only, I/O error, full
             // disk): then it is dropped and the next batch opens a fresh one, so the
@@ -601,6 +628,9 @@ async fn commit_or_retry(
                 match attempt(&mut conn, &mut single, dialect, env).await {
                     Ok(()) => {
                         health.ok();
+                        if let Some(signal) = &env.committed {
+                            signal.committed();
+                        }
                         stats.commits.fetch_add(1, Ordering::Relaxed);
                         stats.ops.fetch_add(1, Ordering::Relaxed);
                         fail_or_finish(single, None);
@@ -801,8 +831,9 @@ async fn apply_all(
     env.stats
         .head_held_us
         .fetch_add(locked.elapsed().as_micros() as u64, Ordering::Relaxed);
-    // COMMIT is where SQLite syncs the WAL and, past wal_autocheckpoint pages,
-    // runs a checkpoint: a slow batch with a small apply_us is the disk's.
+    // COMMIT is where SQLite syncs the WAL (checkpoints run on a thread of
+    // their own, store::checkpoint): a slow batch with a small apply_us is the
+    // disk's.
     tracing::debug!(
         ops = batch.len(),
         apply_us = applied.as_micros() as u64,
@@ -914,6 +945,51 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tessera-writer-{}", crate::ids::new_id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         dir
+    }
+
+    /// Committed pages reach the database file without the writer
+    /// checkpointing them: the checkpoint thread copies every committed frame
+    /// long before the WAL reaches the writer's own (backstop) checkpoint.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thread_of_its_own_checkpoints_the_wal() {
+        let dir = temp_dir();
+        let store = store(&dir).await;
+        // The wal-index header (SQLite's documented WAL format, in the -shm
+        // file, native byte order): mxFrame, the last committed frame, at 16;
+        // nBackfill, the last frame copied into the database file, at 96.
+        let frames = || {
+            let shm = std::fs::read(dir.join("t.db-shm")).unwrap_or_default();
+            let at = |o: usize| {
+                shm.get(o..o + 4)
+                    .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
+                    .unwrap_or(0)
+            };
+            (at(16), at(96))
+        };
+        // 20 commits of 32 KiB fresh bytes each: a few hundred WAL frames, far
+        // below the backstop.
+        for _ in 0..20 {
+            store.writer().submit(Probe).await.expect("probe commits");
+        }
+        let (committed, _) = frames();
+        assert!(
+            committed > 0 && committed < super::super::checkpoint::BACKSTOP_PAGES / 4,
+            "{committed} frames: some, and nowhere near the backstop"
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (committed, copied) = frames();
+            if copied == committed {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{copied} of {committed} committed WAL frames checkpointed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

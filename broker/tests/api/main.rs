@@ -31,6 +31,7 @@ mod policy_reload;
 mod policy_soundness;
 mod replicas;
 mod retention;
+mod run_index;
 mod runs;
 mod shutdown;
 mod store;
