@@ -21,7 +21,7 @@ use super::query::{stmt, Columns};
 use super::run_index;
 use super::sql::in_list;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
-use super::{col, Dialect, Store, StoreError};
+use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
 
 /// Runs deleted per transaction.
@@ -118,13 +118,14 @@ impl WriteOp for PruneRuns {
                 format!("DELETE FROM revocations WHERE run_id IN ({list})"),
                 format!("DELETE FROM leases WHERE run_id IN ({list})"),
                 if run_index::trails(ctx.dialect) {
-                    // The run_id test too: a wrong pair in the index (a table
-                    // anyone with the file can write) deletes nothing of
-                    // another run.
+                    // Only pairs whose capability is of that run: a wrong pair
+                    // in the index (a table anyone with the file can write)
+                    // deletes nothing of another run.
                     format!(
-                        "DELETE FROM capabilities WHERE id IN \
-                         (SELECT capability_id FROM run_capabilities WHERE run_id IN ({list})) \
-                         AND run_id IN ({list})"
+                        "DELETE FROM capabilities WHERE id IN (SELECT rc.capability_id \
+                         FROM run_capabilities rc JOIN capabilities c \
+                         ON c.id = rc.capability_id AND c.run_id = rc.run_id \
+                         WHERE rc.run_id IN ({list}))"
                     )
                 } else {
                     format!("DELETE FROM capabilities WHERE run_id IN ({list})")
@@ -134,16 +135,8 @@ impl WriteOp for PruneRuns {
             let mut counts = [0u64; 7];
             for (i, sql) in statements.iter().enumerate() {
                 let mut query = stmt(sql);
-                // SQLite's markers are anonymous: a list used twice is bound
-                // twice; PostgreSQL's numbered ones are bound once.
-                let uses = match ctx.dialect {
-                    Dialect::Sqlite => sql.matches(list.as_str()).count().max(1),
-                    Dialect::Postgres => 1,
-                };
-                for _ in 0..uses {
-                    for id in &ids {
-                        query = query.bind(id.as_str());
-                    }
+                for id in &ids {
+                    query = query.bind(id.as_str());
                 }
                 counts[i] = query.execute(&mut ctx.conn).await?.rows_affected();
             }
