@@ -97,6 +97,18 @@ async fn replicas_share_one_postgres() {
 
 /// Keys refreshed every second and published 3 s before they sign (the
 /// least `key_refresh + store.timeout + 1s` allows).
+/// Three brokers on one PostgreSQL schema, with `config` added to each.
+async fn three_replicas(config: &str) -> (TestApp, TestApp, TestApp) {
+    let extra = crate::support::app::Extra {
+        config: config.to_owned(),
+        ..Default::default()
+    };
+    let a = TestApp::builder(Db::Postgres).extra(extra).start().await;
+    let b = a.replica().await;
+    let c = a.replica().await;
+    (a, b, c)
+}
+
 const FAST_KEYS: &str =
     "[store]\ntimeout = \"1s\"\n[replicas]\nkey_refresh = \"1s\"\nkey_prepublish = \"4s\"\n";
 
@@ -119,13 +131,7 @@ fn forged(i: usize) -> String {
 /// the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotations_never_refuse_a_genuine_token_on_any_replica() {
-    let extra = crate::support::app::Extra {
-        config: FAST_KEYS.to_owned(),
-        ..Default::default()
-    };
-    let a = TestApp::builder(Db::Postgres).extra(extra).start().await;
-    let b = a.replica().await;
-    let c = a.replica().await;
+    let (a, b, c) = three_replicas(FAST_KEYS).await;
     let replicas = [&a, &b, &c];
     let (_key, _run, token) = a.run_for("ursula").await;
 
@@ -268,13 +274,7 @@ async fn all_report(apps: &[&TestApp], version: i64) -> bool {
 /// and named; a genuine version a replica cannot compile turns its readiness.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_policy_version_for_every_replica() {
-    let extra = crate::support::app::Extra {
-        config: FAST_POLICY.to_owned(),
-        ..Default::default()
-    };
-    let a = TestApp::builder(Db::Postgres).extra(extra).start().await;
-    let b = a.replica().await;
-    let c = a.replica().await;
+    let (a, b, c) = three_replicas(FAST_POLICY).await;
     let bound = std::time::Duration::from_secs(3 + 2);
     let all = [&a, &b, &c];
     // Started with the same files: one version, reported by all three.
