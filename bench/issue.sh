@@ -18,7 +18,10 @@
 # request. BIN_B=/path/to/tessera adds targets sqlite-B and postgres-B (that
 # build on the same store), run next to sqlite and postgres in every round (A
 # first in odd rounds, B first in even ones), with their ratios to the ceiling
-# and to A. CEILING=/path/to/sign_ceiling uses another ceiling binary.
+# and to A. CEILING=/path/to/sign_ceiling uses another ceiling binary;
+# CEILING_B=/path/to/sign_ceiling (with BIN_B) runs B's own ceiling next to
+# A's in every round (target ceiling-B), and B's ratios are to it: for builds
+# that differ in how everything is compiled (a profile), not only the broker.
 #
 # Needs wrk, curl and jq (apt-get install wrk curl jq) and PostgreSQL on
 # 127.0.0.1:5432 (scripts/services.sh). Loopback only. Results: bench/out/results.md.
@@ -33,6 +36,7 @@ PORT=${PORT:-8701}
 TARGETS=${TARGETS:-ceiling sqlite postgres}
 ROUNDS=${ROUNDS:-1}
 BIN_B=${BIN_B:-}
+CEILING_B=${CEILING_B:-}
 PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 TARGET=${CARGO_TARGET_DIR:-target}
 OUT=bench/out
@@ -44,6 +48,9 @@ done
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "bench: ROUNDS must be a positive integer, not $ROUNDS" >&2; exit 1; }
 if [ -n "$BIN_B" ] && [ ! -x "$BIN_B" ]; then
   echo "bench: BIN_B=$BIN_B is not an executable" >&2; exit 1
+fi
+if [ -n "$CEILING_B" ] && { [ -z "$BIN_B" ] || [ ! -x "$CEILING_B" ]; }; then
+  echo "bench: CEILING_B needs BIN_B and must be an executable" >&2; exit 1
 fi
 # Rounds mode: more than one round, or two builds compared.
 ROUNDS_MODE=
@@ -193,8 +200,8 @@ wants() { [[ " $TARGETS " == *" $1 "* ]]; }
 
 # Ceiling: sign only.
 bench_ceiling() {
-  local name=$1
-  "$CEILING" "127.0.0.1:$PORT" &
+  local name=$1 ceiling=${2:-$CEILING}
+  "$ceiling" "127.0.0.1:$PORT" &
   SERVER_PID=$!
   local up=
   for _ in $(seq 1 100); do
@@ -220,6 +227,7 @@ run_target() {
   if [ -n "$ROUNDS_MODE" ]; then suffix=", round $ROUND"; fi
   case $KEY in
     ceiling) bench_ceiling "ceiling (sign only)$suffix" ;;
+    ceiling-B) bench_ceiling "ceiling (sign only) B$suffix" "$CEILING_B" ;;
     sqlite) bench_broker "tessera sqlite$suffix" "sqlite://$(mktemp -d)/bench.db" "$BIN" ;;
     sqlite-B) bench_broker "tessera sqlite B$suffix" "sqlite://$(mktemp -d)/bench.db" "$BIN_B" ;;
     postgres) bench_postgres "tessera postgres$suffix" "$BIN" ;;
@@ -238,7 +246,9 @@ run_store() {
 
 for ROUND in $(seq 1 "$ROUNDS"); do
   if [ -n "$ROUNDS_MODE" ]; then echo "bench: round $ROUND of $ROUNDS"; fi
-  if wants ceiling; then run_target ceiling; fi
+  if wants ceiling; then
+    if [ -n "$CEILING_B" ]; then run_store ceiling; else run_target ceiling; fi
+  fi
   if wants sqlite; then run_store sqlite; fi
   if wants postgres; then run_store postgres; fi
 done
@@ -273,7 +283,9 @@ if [ -n "$ROUNDS_MODE" ]; then
       # the ratios that can be formed from what ran
       for (i = 1; i <= nt; i++) {
         t = order[i]
-        if (t != "ceiling" && ("ceiling" in seen)) { rn[++nr] = t; rd[nr] = "ceiling" }
+        # the B targets over the B ceiling when there is one (CEILING_B)
+        c = (t ~ /-B$/ && ("ceiling-B" in seen)) ? "ceiling-B" : "ceiling"
+        if (t !~ /^ceiling/ && (c in seen)) { rn[++nr] = t; rd[nr] = c }
       }
       for (i = 1; i <= nt; i++) {
         t = order[i]
