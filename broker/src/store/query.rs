@@ -228,6 +228,11 @@ impl<'q> Stmt<'q> {
         self
     }
 
+    /// Binds each of `values` in order: the members of an `IN` list.
+    pub fn bind_all<V: Bind<'q>>(self, values: impl IntoIterator<Item = V>) -> Self {
+        values.into_iter().fold(self, Stmt::bind)
+    }
+
     /// Runs a statement that returns no rows.
     pub async fn execute(self, conn: &mut Conn<'_>) -> Result<Done, sqlx::Error> {
         match conn {

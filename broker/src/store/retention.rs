@@ -95,10 +95,7 @@ impl WriteOp for PruneRuns {
                  AND r.ended_at < {} AND {NOTHING_PENDING}",
                 self.ended_before
             );
-            let mut query = stmt(&q);
-            for id in &self.ids {
-                query = query.bind(id.as_str());
-            }
+            let query = stmt(&q).bind_all(self.ids.iter().map(String::as_str));
             let mut ids = Vec::new();
             for row in query.fetch_all(&mut ctx.conn).await? {
                 ids.push(row.column::<String>("id")?);
@@ -134,19 +131,15 @@ impl WriteOp for PruneRuns {
             ];
             let mut counts = [0u64; 7];
             for (i, sql) in statements.iter().enumerate() {
-                let mut query = stmt(sql);
-                for id in &ids {
-                    query = query.bind(id.as_str());
-                }
+                let query = stmt(sql).bind_all(ids.iter().map(String::as_str));
                 counts[i] = query.execute(&mut ctx.conn).await?.rows_affected();
             }
             if run_index::trails(ctx.dialect) {
                 let q = format!("DELETE FROM run_capabilities WHERE run_id IN ({list})");
-                let mut query = stmt(&q);
-                for id in &ids {
-                    query = query.bind(id.as_str());
-                }
-                query.execute(&mut ctx.conn).await?;
+                stmt(&q)
+                    .bind_all(ids.iter().map(String::as_str))
+                    .execute(&mut ctx.conn)
+                    .await?;
             }
             // The run's rate buckets: `run:<id>` and `run:<id>:…`.
             let buckets = ctx

@@ -343,6 +343,18 @@ pub struct WriterEnv {
     committed: Option<super::checkpoint::Signal>,
 }
 
+impl WriterEnv {
+    /// Tells the checkpoint thread (SQLite) whether a batch committed: it
+    /// checkpoints after commits and pauses while batches fail.
+    fn tell_checkpoints(&self, committed: bool) {
+        match &self.committed {
+            Some(signal) if committed => signal.committed(),
+            Some(signal) => signal.failed(),
+            None => {}
+        }
+    }
+}
+
 impl Writer {
     pub fn start(
         dialect: Dialect,
@@ -514,9 +526,7 @@ async fn run(
                 Err(e) => {
                     env.health
                         .failed(Cause::of_message(&e.to_string()), &e.to_string());
-                    if let Some(signal) = &env.committed {
-                        signal.failed();
-                    }
+                    env.tell_checkpoints(false);
                     fail_all(batch, &e);
                     continue;
                 }
@@ -570,9 +580,7 @@ async fn commit_or_retry(
     match attempt(&mut conn, &mut batch, dialect, env).await {
         Ok(()) => {
             health.ok();
-            if let Some(signal) = &env.committed {
-                signal.committed();
-            }
+            env.tell_checkpoints(true);
             stats.commits.fetch_add(1, Ordering::Relaxed);
             stats.ops.fetch_add(n, Ordering::Relaxed);
             for job in batch {
@@ -582,9 +590,7 @@ async fn commit_or_retry(
         }
         Err(e) => {
             stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-            if let Some(signal) = &env.committed {
-                signal.failed();
-            }
+            env.tell_checkpoints(false);
             // A refused statement keeps the connection, unless the refusal says the
             // connection itself is unusable now (SQLite read-only, I/O error, full
             // disk): then it is dropped and the next batch opens a fresh one, so the
@@ -628,9 +634,7 @@ async fn commit_or_retry(
                 match attempt(&mut conn, &mut single, dialect, env).await {
                     Ok(()) => {
                         health.ok();
-                        if let Some(signal) = &env.committed {
-                            signal.committed();
-                        }
+                        env.tell_checkpoints(true);
                         stats.commits.fetch_add(1, Ordering::Relaxed);
                         stats.ops.fetch_add(1, Ordering::Relaxed);
                         fail_or_finish(single, None);
