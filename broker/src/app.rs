@@ -233,12 +233,18 @@ impl<V: Clone> FactCache<V> {
     }
 
     pub fn insert(&self, key: String, value: V) {
-        if let Ok(mut m) = self.map.write() {
-            if m.len() >= self.max {
-                m.clear();
+        let full = match self.map.write() {
+            Ok(mut m) => {
+                let full = (m.len() >= self.max).then(|| std::mem::take(&mut *m));
+                m.insert(key, value);
+                full
             }
-            m.insert(key, value);
-        }
+            Err(_) => None,
+        };
+        // The full map is dropped here, after the lock is released: freeing
+        // `max` entries takes milliseconds, and every reader and issuer
+        // would wait for it.
+        drop(full);
     }
 }
 

@@ -30,12 +30,38 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
     buf
 }
 
+/// Random bytes for identifiers (ids, request ids), never for secrets: from
+/// the same OS CSPRNG as [`random_bytes`], but fetched a block at a time per
+/// thread, so an id costs no system call (two `getrandom` calls per issuance,
+/// one per id, were about 1% of its CPU: docs/performance.md, issue 20). A
+/// block waits in memory until used, which is why secrets do not come from
+/// here. No id is drawn between a fork and its exec, so no two processes
+/// share a block.
+fn id_bytes<const N: usize>() -> [u8; N] {
+    const BLOCK: usize = 512;
+    const { assert!(N <= BLOCK) };
+    thread_local! {
+        static POOL: std::cell::RefCell<([u8; BLOCK], usize)> =
+            const { std::cell::RefCell::new(([0; BLOCK], BLOCK)) };
+    }
+    POOL.with_borrow_mut(|(block, used)| {
+        if *used + N > BLOCK {
+            *block = random_bytes::<BLOCK>();
+            *used = 0;
+        }
+        let mut out = [0u8; N];
+        out.copy_from_slice(&block[*used..*used + N]);
+        *used += N;
+        out
+    })
+}
+
 /// A new version-7 UUID (RFC 9562) in its canonical text form: 48 bits of
 /// Unix milliseconds, then 74 random bits. Ids are identifiers, not secrets;
 /// being time-ordered, new rows land at the right edge of the store's B-trees
 /// instead of on random pages, which keeps each group commit small.
 pub fn new_id() -> String {
-    let mut b = random_bytes::<16>();
+    let mut b = id_bytes::<16>();
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -88,7 +114,7 @@ pub fn sha256_hex(data: &[u8]) -> String {
 
 /// A request id (`req_` and 24 hex digits): in the error body, the log and the audit.
 pub fn new_request_id() -> String {
-    format!("req_{}", hex(&random_bytes::<12>()))
+    format!("req_{}", hex(&id_bytes::<12>()))
 }
 
 /// Lowercase hex encoding.
@@ -128,6 +154,32 @@ mod tests {
         assert!(a < b || a[..13] == b[..13], "time-ordered");
         assert!(!is_id("not-an-id"));
         assert!(!is_id(&a.to_uppercase()));
+    }
+
+    /// Ids drawn from the per-thread blocks never repeat: not across a
+    /// block's end (16 and 12 bytes do not divide 512), nor between threads,
+    /// each of which fetched blocks of its own.
+    #[test]
+    fn ids_from_pooled_randomness_never_repeat() {
+        let per_thread = 2_000;
+        let all: Vec<String> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(move || {
+                        (0..per_thread)
+                            .flat_map(|_| [new_id()[24..].to_owned(), new_request_id()])
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap())
+                .collect()
+        });
+        let distinct: std::collections::HashSet<&String> = all.iter().collect();
+        assert_eq!(distinct.len(), all.len());
+        assert_eq!(all.len(), 4 * per_thread * 2);
     }
 
     #[test]

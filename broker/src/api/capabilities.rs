@@ -472,7 +472,7 @@ async fn record_refusal(
     let op = IssueCapability {
         record: None,
         rate: vec![server_rate(app, run)],
-        audit,
+        audit: Arc::new(audit),
     };
     match app.store.writer().record_issuance(op).await {
         Ok(IssueOutcome::Denied) => refusal,
@@ -594,7 +594,7 @@ async fn sign_and_record(
         .record_issuance(IssueCapability {
             record: Some(record),
             rate,
-            audit,
+            audit: Arc::new(audit),
         })
         .await?;
     match outcome {

@@ -245,7 +245,7 @@ impl Gateway {
         let op = IssueCapability {
             record: None,
             rate,
-            audit,
+            audit: Arc::new(audit),
         };
         match app.store.writer().record_issuance(op).await {
             Ok(IssueOutcome::Denied) => Ok(()),
@@ -295,7 +295,7 @@ impl Gateway {
         let op = IssueCapability {
             record: None,
             rate: vec![server_rate(app, run)],
-            audit,
+            audit: Arc::new(audit),
         };
         let recorded = app.store.writer().record_issuance(op).await;
         if let Err(e) = &recorded {

@@ -96,7 +96,9 @@ pub struct StoredRow {
 /// the previous row's hash, is not stored ([`audit_select!`] derives it).
 pub(crate) struct ChainedRow {
     pub seq: i64,
-    pub event: AuditEvent,
+    /// Shared with the op that submitted it when it can be (an issuance):
+    /// the writer copies no event it need not.
+    pub event: std::sync::Arc<AuditEvent>,
     pub hash: String,
 }
 

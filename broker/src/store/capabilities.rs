@@ -18,6 +18,7 @@ use super::writer::{BatchedOp, BoxFuture, WriteCtx, WriteOp, Writer};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct CapabilityRecord {
@@ -74,8 +75,9 @@ pub struct IssueCapability {
     pub record: Option<CapabilityRecord>,
     pub rate: Vec<RateCharge>,
     /// The `capability.issued` (or `capability.denied`) event; refusals for other
-    /// reasons reuse it with another decision.
-    pub audit: AuditEvent,
+    /// reasons reuse it with another decision. Shared with the writer's audit
+    /// row, which needs no copy of it.
+    pub audit: Arc<AuditEvent>,
 }
 
 impl IssueCapability {
@@ -259,7 +261,7 @@ async fn apply_issuances(
             tats.insert(c.bucket.clone(), tat);
             dirty.insert(c.bucket.clone());
         }
-        ctx.audit(&op.audit).await?;
+        ctx.audit_shared(&op.audit).await?;
         if op.record.is_some() {
             outcomes.push(IssueOutcome::Issued);
             issued.push(i);
