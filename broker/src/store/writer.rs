@@ -556,8 +556,8 @@ async fn run(
 
 /// Whether the SQLite writer waits [`LINGER`] for more ops before it begins a
 /// batch: when the batch is small ([`LINGER_BELOW`]) and the broker is busy
-/// (the last batch had [`LINGER_AFTER`] ops or more: a lone request, or a
-/// few clients taking turns, are never held).
+/// (the last batch had [`LINGER_AFTER`] ops or more: a lone request, or up
+/// to three clients taking turns, are never held).
 ///
 /// Why: on SQLite each commit costs the same whatever it holds (BEGIN, the
 /// audit head, COMMIT and its fsync, which in a virtual machine is a trap to
