@@ -138,7 +138,7 @@ async fn select_in(
 /// An egress decision recorded through the same path (the gateway's) is
 /// refused as `egress.denied`, whatever refused it: the SIEM rule for egress
 /// must not have to know the capability events.
-fn refused(issued: &AuditEvent, event: &'static str, reason: String) -> AuditEvent {
+fn refused(issued: &AuditEvent, event: &'static str, reason: String) -> Arc<AuditEvent> {
     let mut ev = issued.clone();
     ev.event = if matches!(issued.event, events::EGRESS_ALLOWED | events::EGRESS_DENIED) {
         events::EGRESS_DENIED
@@ -148,7 +148,7 @@ fn refused(issued: &AuditEvent, event: &'static str, reason: String) -> AuditEve
     ev.decision = "deny";
     ev.capability_id = None;
     ev.reason = Some(reason);
-    ev
+    Arc::new(ev)
 }
 
 /// Applies a batch's issuances together: one query for the runs, one for the rate
@@ -214,7 +214,7 @@ async fn apply_issuances(
             .unwrap_or(RunState::Ended);
         if state != RunState::Active {
             let reason = format!("run_{}", state.as_str());
-            ctx.audit(&refused(&op.audit, events::CAPABILITY_DENIED, reason))
+            ctx.audit_shared(refused(&op.audit, events::CAPABILITY_DENIED, reason))
                 .await?;
             outcomes.push(IssueOutcome::RunInactive(state));
             continue;
@@ -231,7 +231,7 @@ async fn apply_issuances(
         let next = match rate::charge(now_us, &buckets) {
             Ok(next) => next,
             Err(retry_after_us) => {
-                ctx.audit(&refused(
+                ctx.audit_shared(refused(
                     &op.audit,
                     events::CAPABILITY_RATE_LIMITED,
                     "rate_limited".into(),
@@ -247,7 +247,7 @@ async fn apply_issuances(
             .and_then(|r| r.approval.as_ref().map(|a| (r, a)))
         {
             if !super::approvals::redeem(ctx, approval_id, &r.run_id, &r.id, now).await? {
-                ctx.audit(&refused(
+                ctx.audit_shared(refused(
                     &op.audit,
                     events::CAPABILITY_DENIED,
                     "approval_unavailable".into(),
@@ -261,7 +261,7 @@ async fn apply_issuances(
             tats.insert(c.bucket.clone(), tat);
             dirty.insert(c.bucket.clone());
         }
-        ctx.audit_shared(&op.audit).await?;
+        ctx.audit_shared(op.audit.clone()).await?;
         if op.record.is_some() {
             outcomes.push(IssueOutcome::Issued);
             issued.push(i);

@@ -83,9 +83,10 @@ impl WriteCtx<'_> {
         self.chain(Arc::new(event.clone()))
     }
 
-    /// [`Self::audit`] for an event the op holds shared: it is not copied.
-    pub async fn audit_shared(&mut self, event: &Arc<AuditEvent>) -> Result<(), sqlx::Error> {
-        self.chain(event.clone())
+    /// [`Self::audit`] for an event built for it or shared with its op: it is
+    /// not copied.
+    pub async fn audit_shared(&mut self, event: Arc<AuditEvent>) -> Result<(), sqlx::Error> {
+        self.chain(event)
     }
 
     fn chain(&mut self, event: Arc<AuditEvent>) -> Result<(), sqlx::Error> {
