@@ -6,6 +6,7 @@ use crate::support::tokens::header_of;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
+use tessera_broker::clock::parse_rfc3339_ms;
 
 both_stores!(
     rotation_keeps_old_tokens_valid_until_they_expire,
@@ -111,12 +112,23 @@ async fn rotation_keeps_old_tokens_valid_until_they_expire(app: TestApp) {
     assert_eq!(entry(&r["kid"])["signs_from"], r["signs_from"]);
     assert_eq!(entry(&old_kid)["state"], "active", "{listed}");
     assert_eq!(entry(&old_kid)["retired_at"], r["signs_from"]);
-    app.state.clock.advance(Duration::from_secs(29));
+    // The test clock is real time plus an offset, so it is moved to points
+    // relative to `signs_from`, not by fixed steps: 29 s after the rotation
+    // was past the switch whenever the rotation fell late in its second and
+    // the requests between took longer than what was left of it.
+    let signs_from_ms = parse_rfc3339_ms(r["signs_from"].as_str().unwrap()).unwrap();
+    let to = |target_ms: i64| {
+        let by = target_ms - app.state.clock.now_ms();
+        app.state
+            .clock
+            .advance(Duration::from_millis(by.max(0) as u64));
+    };
+    to(signs_from_ms - 2_000);
     let still = app
         .capability_ok(&token, "read", "svc-reports:reports/q1")
         .await;
     assert_eq!(header_of(still["token"].as_str().unwrap())["kid"], old_kid);
-    app.state.clock.advance(Duration::from_secs(1));
+    to(signs_from_ms);
     let new = app
         .capability_ok(&token, "read", "svc-reports:reports/q1")
         .await;
@@ -148,7 +160,7 @@ async fn rotation_keeps_old_tokens_valid_until_they_expire(app: TestApp) {
             .await
             .status(),
         StatusCode::OK,
-        "a token the old key signed in its last second verifies"
+        "a token the old key signed in its last seconds verifies"
     );
 
     // Once every token the old key could have signed has expired, it is unpublished.
