@@ -17,6 +17,7 @@ both_stores!(
     requested_ttl_only_shortens,
     revoke_one_capability,
     unknown_action_is_rejected_before_policy,
+    a_run_gone_from_the_store_is_issued_nothing,
 );
 
 async fn permit_issues_a_signed_recorded_capability(app: TestApp) {
@@ -353,4 +354,63 @@ async fn rate_limit_holds_under_concurrency(app: TestApp) {
         27
     );
     assert_eq!(app.count("capabilities").await, 3);
+}
+
+/// The writer reads the run in the issuing transaction and refuses one it
+/// does not find; no foreign key stands behind it on either store (issue 20:
+/// SQLite dropped it in 0011, PostgreSQL in 0012), so this check alone keeps
+/// a capability from being recorded for a run that is not there. The run is
+/// deleted underneath the broker, as a database owner could, after a first
+/// issuance put it in the run-token cache: the request gets past
+/// authentication and is refused by the writer.
+async fn a_run_gone_from_the_store_is_issued_nothing(app: TestApp) {
+    use tessera_broker::store::Dialect;
+    let pool = app.state.store.pool();
+    let count = |sql: String| async move {
+        sqlx::query_scalar::<_, i64>(&sql)
+            .fetch_one(pool)
+            .await
+            .expect("count")
+    };
+    let fks = match app.state.store.dialect() {
+        Dialect::Sqlite => "SELECT COUNT(*) FROM pragma_foreign_key_list('capabilities') \
+                           WHERE \"table\" = 'runs'"
+            .to_owned(),
+        Dialect::Postgres => "SELECT COUNT(*) FROM pg_constraint \
+                              WHERE conrelid = 'capabilities'::regclass AND contype = 'f'"
+            .to_owned(),
+    };
+    assert_eq!(
+        count(fks).await,
+        0,
+        "no foreign key from capabilities to runs"
+    );
+
+    let (_key, run_id, token) = app.run_for("alice").await;
+    app.capability_ok(&token, "read", "svc-reports:reports/q1")
+        .await;
+    for q in [
+        format!("DELETE FROM capabilities WHERE run_id = '{run_id}'"),
+        format!("DELETE FROM runs WHERE id = '{run_id}'"),
+    ] {
+        sqlx::query(&q).execute(pool).await.expect("delete");
+    }
+    for resource in ["svc-reports:reports/q1", "svc-reports:reports/q2"] {
+        assert_error(
+            app.capability(&token, "read", resource).await,
+            StatusCode::FORBIDDEN,
+            "run_ended",
+        )
+        .await;
+    }
+    let kept = format!("SELECT COUNT(*) FROM capabilities WHERE run_id = '{run_id}'");
+    assert_eq!(count(kept).await, 0, "nothing recorded for the missing run");
+    let refused = app
+        .audit(&format!("run={run_id}&event=capability.denied"))
+        .await;
+    assert_eq!(refused.len(), 2, "each refusal audited: {refused:?}");
+    assert!(
+        refused.iter().all(|r| r["reason"] == "run_ended"),
+        "{refused:?}"
+    );
 }
