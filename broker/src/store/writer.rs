@@ -23,7 +23,8 @@
 //! On SQLite the writer is a thread of its own holding a native connection
 //! (see [`super::query`]): a batch runs start to end on that thread, each
 //! statement prepared once and cached, with no hop to another thread per
-//! statement. On PostgreSQL it is a task on the runtime, over sqlx.
+//! statement. On PostgreSQL it is a thread of its own too, with a runtime of
+//! its own for its sqlx connection, so no request task delays a batch.
 //!
 //! On PostgreSQL with several replicas, each replica has its own writer. Every
 //! batch first locks the audit chain's head row (`SELECT … FOR UPDATE`), so
@@ -401,8 +402,31 @@ impl Writer {
                     })
                     .expect("the writer thread starts");
             }
+            // A batch on PostgreSQL is a dozen round trips, one after the
+            // other. As a task on the request runtime, the writer waited after
+            // each reply for its turn behind the request tasks (each signs, tens
+            // of µs), with the audit head locked all the while; on a thread of
+            // its own, with a runtime of its own for the connection's I/O and
+            // the engine's timers, it is woken when the reply arrives
+            // (docs/performance.md, issue 20). If that runtime cannot be built,
+            // the task is dropped with the queue: every submitter is told the
+            // writer stopped (fail closed).
             Dialect::Postgres => {
-                tokio::spawn(task);
+                std::thread::Builder::new()
+                    .name("tessera-writer".into())
+                    .spawn(move || {
+                        match tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(runtime) => runtime.block_on(task),
+                            Err(e) => tracing::error!(
+                                error = %e,
+                                "the writer's runtime did not start; every write fails"
+                            ),
+                        }
+                    })
+                    .expect("the writer thread starts");
             }
         }
         Writer {
@@ -566,8 +590,8 @@ async fn run(
 /// that was paid per issuance. Waiting 250 µs gathers about 20: measured
 /// (docs/performance.md, issue 20) 2–4% more issuances/s at lower CPU per
 /// issuance, with p50 and p99 unchanged or lower; 600 µs was slower. Not on
-/// PostgreSQL: its writer is a task on the runtime (a sleep there would hold
-/// a worker), and its batches already gather half the connections.
+/// PostgreSQL: a batch there takes milliseconds of round trips, during which
+/// half the connections queue for the next one.
 fn lingers(dialect: Dialect, last_batch: usize, batch: usize) -> bool {
     dialect == Dialect::Sqlite && last_batch >= LINGER_AFTER && batch < LINGER_BELOW
 }
@@ -980,7 +1004,7 @@ mod tests {
         assert!(lingers(Dialect::Sqlite, LINGER_AFTER, 1));
         assert!(lingers(Dialect::Sqlite, 40, LINGER_BELOW - 1));
         assert!(!lingers(Dialect::Sqlite, 40, LINGER_BELOW));
-        // PostgreSQL's writer is a task on the runtime: it never sleeps.
+        // PostgreSQL's batches already gather what queued during the last: never held.
         assert!(!lingers(Dialect::Postgres, 40, 1));
     }
 

@@ -7,6 +7,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::Row;
 use std::sync::Arc;
+use tessera_broker::store::writer::{BoxFuture, WriteCtx, WriteOp};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
@@ -14,7 +15,38 @@ both_stores!(
     audit_chain_links_every_decision,
     no_secret_is_stored_or_audited,
     health_metrics_and_openapi,
+    batches_run_on_the_writers_own_thread,
 );
+
+/// Answers the name of the thread its batch runs on.
+struct WhereAmI;
+
+impl WriteOp for WhereAmI {
+    type Output = Option<String>;
+    fn apply<'a>(
+        &'a self,
+        _ctx: &'a mut WriteCtx<'_>,
+    ) -> BoxFuture<'a, Result<Option<String>, sqlx::Error>> {
+        Box::pin(async { Ok(std::thread::current().name().map(str::to_owned)) })
+    }
+}
+
+/// A batch runs on the writer's own thread on both stores, never on a
+/// request worker. On PostgreSQL the writer was a task on the request
+/// runtime, where each round trip's reply waited behind the request tasks
+/// while the batch held the audit head (issue 20, docs/architecture.md).
+async fn batches_run_on_the_writers_own_thread(app: TestApp) {
+    for _ in 0..3 {
+        let thread = app
+            .state
+            .store
+            .writer()
+            .submit(WhereAmI)
+            .await
+            .expect("committed");
+        assert_eq!(thread.as_deref(), Some("tessera-writer"));
+    }
+}
 
 async fn audit_chain_links_every_decision(app: TestApp) {
     let (key, run_id, token) = app.run_for("alice").await;
