@@ -2,7 +2,10 @@
 # Bytes stored per issued capability on SQLite: runs the broker (`serve --dev`, the
 # bench policy), issues capabilities with wrk for DURATION, stops the broker, then
 # checkpoints the WAL and reports the database's size and each table's and index's
-# share (SQLite's dbstat) divided by the number of capabilities issued.
+# share (SQLite's dbstat) divided by the number of capabilities issued. Before the
+# broker stops, it copies the database and its WAL as they are under load and reports
+# how many pages each commit wrote to the WAL, by table or index: what a commit costs
+# in writes, since SQLite appends a whole page for every page a commit changes.
 #
 #   bench/bytes.sh                           # release build of this tree, 10 s
 #   BIN=/tmp/other/tessera bench/bytes.sh    # another build
@@ -41,8 +44,40 @@ for i in $(seq 1 "$RUNS"); do
 done
 TOKENS_FILE="$dir/tokens" wrk -t2 -c"$CONNS" -d"$DURATION" -s bench/capabilities.lua \
   "http://127.0.0.1:$PORT/v1/capabilities" > "$dir/wrk.txt"
+# The WAL as the load left it (a broker that stops checkpoints and removes it).
+mkdir "$dir/live"
+cp "$dir/bytes.db" "$dir/bytes.db-wal" "$dir/live/"
 kill "$pid"; wait "$pid" 2>/dev/null || true
 pid=
+
+python3 - "$dir/live/bytes.db" <<'PY'
+import collections, sqlite3, struct, sys
+path = sys.argv[1]
+wal = open(path + "-wal", "rb").read()
+page_size = struct.unpack(">I", wal[8:12])[0]
+salt = wal[16:24]
+# Frames since the WAL last restarted: a 24-byte header (page number, and the
+# database size in pages on a commit's last frame) and the page; older frames
+# carry another salt.
+commits, frames, off = [], [], 32
+while off + 24 + page_size <= len(wal) and wal[off + 8:off + 16] == salt:
+    page, size_after = struct.unpack(">II", wal[off:off + 8])
+    frames.append(page)
+    if size_after:
+        commits.append(frames)
+        frames = []
+    off += 24 + page_size
+db = sqlite3.connect(path)
+names = dict((p, n) for n, p in db.execute("SELECT name, pageno FROM dbstat"))
+pages = collections.Counter(names.get(p, "?") for c in commits for p in c)
+n = max(len(commits), 1)
+print(f"WAL pages per commit, last {len(commits)} commits: {sum(pages.values()) / n:.2f}")
+print("| table or index | WAL pages per commit |")
+print("|---|---|")
+for name, count in pages.most_common():
+    if count / n >= 0.01:
+        print(f"| {name} | {count / n:.2f} |")
+PY
 
 python3 - "$dir/bytes.db" <<'PY'
 import os, sqlite3, sys
