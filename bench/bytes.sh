@@ -44,7 +44,9 @@ for i in $(seq 1 "$RUNS"); do
 done
 TOKENS_FILE="$dir/tokens" wrk -t2 -c"$CONNS" -d"$DURATION" -s bench/capabilities.lua \
   "http://127.0.0.1:$PORT/v1/capabilities" > "$dir/wrk.txt"
-# The WAL as the load left it (a broker that stops checkpoints and removes it).
+# The WAL as the load left it (a broker that stops checkpoints and removes it). A
+# diagnostic: the copy is not atomic, so a commit being written as it is taken may
+# be counted in part.
 mkdir "$dir/live"
 cp "$dir/bytes.db" "$dir/bytes.db-wal" "$dir/live/"
 kill "$pid"; wait "$pid" 2>/dev/null || true

@@ -1,7 +1,7 @@
 //! The single writer: group commit without ever answering before the commit.
 //!
-//! Every state change is a [`WriteOp`] submitted to one writer task per broker
-//! process. The task drains whatever ops are queued (up to [`MAX_BATCH`]), applies
+//! Every state change is a [`WriteOp`] submitted to one writer per broker
+//! process. The writer drains whatever ops are queued (up to [`MAX_BATCH`]), applies
 //! them in order inside one transaction, appends their audit rows to the hash
 //! chain, commits once, and only then answers each submitter. Concurrent requests
 //! therefore share one durable commit (one fsync on SQLite) instead of paying one
@@ -409,8 +409,10 @@ impl Writer {
             // its own, with a runtime of its own for the connection's I/O and
             // the engine's timers, it is woken when the reply arrives
             // (docs/performance.md, issue 20). If that runtime cannot be built,
-            // the task is dropped with the queue: every submitter is told the
-            // writer stopped (fail closed).
+            // the task is dropped with the queue: every submitter gets an
+            // error (fail closed). Ops run on this runtime, not the request
+            // runtime: one that spawned a task would see it run only while a
+            // batch waits, and none may block in place (no op does either).
             Dialect::Postgres => {
                 std::thread::Builder::new()
                     .name("tessera-writer".into())
