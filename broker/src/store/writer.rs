@@ -388,49 +388,48 @@ impl Writer {
             committed,
         });
         let task = run(rx, connect, dialect, env.clone(), stats.clone());
-        match dialect {
-            // A batch on the native connection never waits on the runtime: it
-            // runs on a thread of its own, which parks between batches. The
-            // runtime's handle is entered there for the timers the engine sets.
-            Dialect::Sqlite => {
-                let handle = tokio::runtime::Handle::current();
-                std::thread::Builder::new()
-                    .name("tessera-writer".into())
-                    .spawn(move || {
+        // The writer is a thread of its own on both stores; what drives the
+        // task there differs.
+        let drive: Box<dyn FnOnce() + Send> =
+            match dialect {
+                // A batch on the native connection never waits on the runtime: it
+                // runs start to end on this thread, which parks between batches.
+                // The runtime's handle is entered there for the timers the engine sets.
+                Dialect::Sqlite => {
+                    let handle = tokio::runtime::Handle::current();
+                    Box::new(move || {
                         let _runtime = handle.enter();
                         block_on(task);
                     })
-                    .expect("the writer thread starts");
-            }
-            // A batch on PostgreSQL is a dozen round trips, one after the
-            // other. As a task on the request runtime, the writer waited after
-            // each reply for its turn behind the request tasks (each signs, tens
-            // of µs), with the audit head locked all the while; on a thread of
-            // its own, with a runtime of its own for the connection's I/O and
-            // the engine's timers, it is woken when the reply arrives
-            // (docs/performance.md, issue 20). If that runtime cannot be built,
-            // the task is dropped with the queue: every submitter gets an
-            // error (fail closed). Ops run on this runtime, not the request
-            // runtime: one that spawned a task would see it run only while a
-            // batch waits, and none may block in place (no op does either).
-            Dialect::Postgres => {
-                std::thread::Builder::new()
-                    .name("tessera-writer".into())
-                    .spawn(move || {
-                        match tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .build()
-                        {
-                            Ok(runtime) => runtime.block_on(task),
-                            Err(e) => tracing::error!(
-                                error = %e,
-                                "the writer's runtime did not start; every write fails"
-                            ),
-                        }
-                    })
-                    .expect("the writer thread starts");
-            }
-        }
+                }
+                // A batch on PostgreSQL is a dozen round trips, one after the
+                // other. As a task on the request runtime, the writer waited after
+                // each reply for its turn behind the request tasks (each signs, tens
+                // of µs), with the audit head locked all the while; with a runtime
+                // of its own for the connection's I/O and the engine's timers, it
+                // is woken when the reply arrives (docs/performance.md, issue 20).
+                // If that runtime cannot be built, the task is dropped with the
+                // queue: every submitter gets an error (fail closed). Ops run on
+                // this runtime, not the request runtime: one that spawned a task
+                // would see it run only while a batch waits, and none may block in
+                // place (no op does either).
+                Dialect::Postgres => Box::new(move || {
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(runtime) => runtime.block_on(task),
+                        Err(e) => tracing::error!(
+                            error = %e,
+                            "the writer's runtime did not start; every write fails"
+                        ),
+                    }
+                }),
+            };
+        std::thread::Builder::new()
+            .name("tessera-writer".into())
+            .spawn(drive)
+            .expect("the writer thread starts");
         Writer {
             tx,
             stats,
