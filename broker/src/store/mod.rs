@@ -119,12 +119,19 @@ fn connect_spec(url: &StoreUrl) -> (String, Dialect, &'static [&'static str]) {
     }
 }
 
+/// A connection to `url` with `init` run on it. `statements`, on
+/// PostgreSQL, is how many prepared statements it keeps (sqlx's default, 100,
+/// when `None` or when the URL sets `statement-cache-capacity` itself).
 async fn open_connection(
     url: &str,
     init: &'static [&'static str],
+    statements: Option<usize>,
 ) -> Result<AnyConnection, StoreError> {
-    let opts =
+    let mut opts =
         AnyConnectOptions::from_str(url).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+    if let Some(n) = statements {
+        keep_prepared(&mut opts, n);
+    }
     let mut conn = tokio::time::timeout(Duration::from_secs(5), AnyConnection::connect_with(&opts))
         .await
         .map_err(|_| StoreError::Unavailable("connect timed out".into()))??;
@@ -132,6 +139,18 @@ async fn open_connection(
         conn.execute(*stmt).await?;
     }
     Ok(conn)
+}
+
+/// Sets how many prepared statements a PostgreSQL connection keeps, unless
+/// the operator's URL already says (sqlx reads it from the URL's query).
+fn keep_prepared(opts: &mut AnyConnectOptions, n: usize) {
+    const PARAM: &str = "statement-cache-capacity";
+    let url = &mut opts.database_url;
+    if matches!(url.scheme(), "postgres" | "postgresql")
+        && !url.query_pairs().any(|(k, _)| k == PARAM)
+    {
+        url.query_pairs_mut().append_pair(PARAM, &n.to_string());
+    }
 }
 
 /// The writer's own connection to a SQLite file: native (rusqlite), with the
@@ -156,7 +175,7 @@ fn native_connection(
         | rusqlite::OpenFlags::SQLITE_OPEN_CREATE
         | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(query::native)?;
-    conn.set_prepared_statement_cache_capacity(query::NATIVE_STATEMENT_CACHE);
+    conn.set_prepared_statement_cache_capacity(query::WRITER_STATEMENT_CACHE);
     for stmt in init {
         query::native_exec(&conn, stmt)?;
     }
@@ -209,7 +228,9 @@ impl Store {
                 Box::new(move || {
                     let u = writer_url.clone();
                     Box::pin(async move {
-                        Ok(writer::Connection::Sqlx(open_connection(&u, init).await?))
+                        Ok(writer::Connection::Sqlx(
+                            open_connection(&u, init, Some(query::WRITER_STATEMENT_CACHE)).await?,
+                        ))
                     })
                 })
             }
@@ -321,6 +342,31 @@ where
 mod tests {
     use super::*;
 
+    /// The writer's PostgreSQL connection asks for its statement cache, unless
+    /// the operator's URL names one (0, say, behind a pooler that cannot keep
+    /// prepared statements); nothing else in the URL changes.
+    #[test]
+    fn the_writer_asks_for_its_statement_cache_unless_the_url_says() {
+        let cache = |url: &str| {
+            let mut opts = AnyConnectOptions::from_str(url).expect("url");
+            keep_prepared(&mut opts, 512);
+            opts.database_url.to_string()
+        };
+        assert_eq!(
+            cache("postgres://u:p@127.0.0.1:5432/db?sslmode=disable"),
+            "postgres://u:p@127.0.0.1:5432/db?sslmode=disable&statement-cache-capacity=512"
+        );
+        assert_eq!(
+            cache("postgresql://127.0.0.1/db"),
+            "postgresql://127.0.0.1/db?statement-cache-capacity=512"
+        );
+        assert_eq!(
+            cache("postgres://127.0.0.1/db?statement-cache-capacity=0"),
+            "postgres://127.0.0.1/db?statement-cache-capacity=0"
+        );
+        assert_eq!(cache("sqlite:///tmp/t.db"), "sqlite:///tmp/t.db");
+    }
+
     /// Every SQLite connection the store opens, pooled or the writer's native
     /// one, is durable (WAL, `synchronous = FULL`), enforces foreign keys and
     /// keeps its statement journals in memory.
@@ -330,7 +376,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tessera-pragma-{}", crate::ids::new_id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (url, _, init) = connect_spec(&StoreUrl::Sqlite(dir.join("t.db")));
-        let mut conn = open_connection(&url, init).await.unwrap();
+        let mut conn = open_connection(&url, init, None).await.unwrap();
         let int = |v: Option<i64>| v.unwrap_or(-1);
         let synchronous: Option<i64> = sqlx::query_scalar("PRAGMA synchronous")
             .fetch_optional(&mut conn)
@@ -389,7 +435,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tessera-mig-{}", crate::ids::new_id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (url, _, init) = connect_spec(&StoreUrl::Sqlite(dir.join("t.db")));
-        let mut conn = open_connection(&url, init).await.unwrap();
+        let mut conn = open_connection(&url, init, None).await.unwrap();
         let before = sqlx::migrate::Migrator {
             migrations: SQLITE_MIGRATOR
                 .migrations

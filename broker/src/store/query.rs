@@ -20,10 +20,17 @@ use sqlx::error::{DatabaseError, ErrorKind};
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// Distinct statements one native connection keeps prepared. Multi-row
-/// INSERTs have one text per row count (1..=`ROWS_PER_INSERT`), so this is
-/// well above the writer's working set.
-pub const NATIVE_STATEMENT_CACHE: usize = 512;
+/// Distinct statements the writer's connection keeps prepared, on either
+/// store. Multi-row statements have one text per row count
+/// (1..=`ROWS_PER_INSERT`): the audit, capability and rate-limit INSERTs and
+/// the run and bucket lookups are five such families, 250 texts in all, beside
+/// the fixed statements of the other ops. The cache holds them all, so that a
+/// batch never prepares a statement it ran before: on PostgreSQL, sqlx's
+/// default of 100 evicted them in turn, and the server spent about a fifth of
+/// its CPU per issuance parsing and planning them again (issue 20,
+/// docs/performance.md).
+pub const WRITER_STATEMENT_CACHE: usize = 512;
+const _: () = assert!(WRITER_STATEMENT_CACHE >= 6 * super::sql::ROWS_PER_INSERT);
 
 /// The connection a write batch runs on.
 pub enum Conn<'c> {

@@ -7,6 +7,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::Row;
 use std::sync::Arc;
+use tessera_broker::store::query::stmt;
+use tessera_broker::store::sql::{placeholder, ROWS_PER_INSERT};
 use tessera_broker::store::writer::{BoxFuture, WriteCtx, WriteOp};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
@@ -46,6 +48,59 @@ async fn batches_run_on_the_writers_own_thread(app: TestApp) {
             .expect("committed");
         assert_eq!(thread.as_deref(), Some("tessera-writer"));
     }
+}
+
+/// Runs this many distinct statements (each prepared, by sqlx or the native
+/// connection) on the writer's connection.
+struct RunDistinct(usize);
+
+impl WriteOp for RunDistinct {
+    type Output = ();
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            for k in 0..self.0 {
+                let q = format!("SELECT {} + {k} AS v", placeholder(ctx.dialect, 1));
+                let row = stmt(&q).bind(1_i64).fetch_one(&mut ctx.conn).await?;
+                assert_eq!(row.try_get::<i64>("v")?, 1 + k as i64);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// How many statements the writer's PostgreSQL session holds prepared.
+struct PreparedOnPostgres;
+
+impl WriteOp for PreparedOnPostgres {
+    type Output = i64;
+    fn apply<'a>(&'a self, ctx: &'a mut WriteCtx<'_>) -> BoxFuture<'a, Result<i64, sqlx::Error>> {
+        Box::pin(async move {
+            stmt("SELECT COUNT(*) AS n FROM pg_prepared_statements WHERE statement LIKE $1")
+                .bind("SELECT $1 + % AS v")
+                .fetch_one(&mut ctx.conn)
+                .await?
+                .try_get::<i64>("n")
+        })
+    }
+}
+
+/// The writer on PostgreSQL keeps every statement of its working set
+/// prepared: five families of multi-row statements, one text per row count,
+/// are 250 texts. With sqlx's default cache of 100 they evicted each other,
+/// and the server parsed and planned them again batch after batch (issue 20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_writer_keeps_its_statements_prepared() {
+    let app = TestApp::spawn(Db::Postgres).await;
+    let writer = app.state.store.writer();
+    let working_set = 5 * ROWS_PER_INSERT;
+    for _ in 0..2 {
+        writer
+            .submit(RunDistinct(working_set))
+            .await
+            .expect("committed");
+    }
+    let prepared = writer.submit(PreparedOnPostgres).await.expect("committed");
+    assert_eq!(prepared, working_set as i64);
 }
 
 async fn audit_chain_links_every_decision(app: TestApp) {
