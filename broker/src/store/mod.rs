@@ -120,8 +120,9 @@ fn connect_spec(url: &StoreUrl) -> (String, Dialect, &'static [&'static str]) {
 }
 
 /// A connection to `url` with `init` run on it. `statements`, on
-/// PostgreSQL, is how many prepared statements it keeps (sqlx's default, 100,
-/// when `None` or when the URL sets `statement-cache-capacity` itself).
+/// PostgreSQL, is how many prepared statements it keeps, whatever the URL
+/// says (`None`: what the URL's `statement-cache-capacity` says, else sqlx's
+/// default of 100).
 async fn open_connection(
     url: &str,
     init: &'static [&'static str],
@@ -141,16 +142,26 @@ async fn open_connection(
     Ok(conn)
 }
 
-/// Sets how many prepared statements a PostgreSQL connection keeps, unless
-/// the operator's URL already says (sqlx reads it from the URL's query).
+/// Sets how many prepared statements a PostgreSQL connection keeps (sqlx
+/// reads it from the URL's query). A value the URL sets is replaced: below
+/// the writer's working set the cache evicts, and 0 makes sqlx leave every
+/// statement it prepares on the server, never closed. The rest of the URL is
+/// left as written unless it names the parameter.
 fn keep_prepared(opts: &mut AnyConnectOptions, n: usize) {
     const PARAM: &str = "statement-cache-capacity";
     let url = &mut opts.database_url;
-    if matches!(url.scheme(), "postgres" | "postgresql")
-        && !url.query_pairs().any(|(k, _)| k == PARAM)
-    {
-        url.query_pairs_mut().append_pair(PARAM, &n.to_string());
+    if !matches!(url.scheme(), "postgres" | "postgresql") {
+        return;
     }
+    if url.query_pairs().any(|(k, _)| k == PARAM) {
+        let others: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(k, _)| k != PARAM)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(others);
+    }
+    url.query_pairs_mut().append_pair(PARAM, &n.to_string());
 }
 
 /// The writer's own connection to a SQLite file: native (rusqlite), with the
@@ -342,28 +353,37 @@ where
 mod tests {
     use super::*;
 
-    /// The writer's PostgreSQL connection asks for its statement cache, unless
-    /// the operator's URL names one (0, say, behind a pooler that cannot keep
-    /// prepared statements); nothing else in the URL changes.
+    /// The writer's PostgreSQL connection keeps its whole working set
+    /// prepared, whatever the URL says; nothing else in the URL changes (its
+    /// password, a socket directory, other parameters).
     #[test]
-    fn the_writer_asks_for_its_statement_cache_unless_the_url_says() {
+    fn the_writer_keeps_its_statement_cache_whatever_the_url_says() {
         let cache = |url: &str| {
             let mut opts = AnyConnectOptions::from_str(url).expect("url");
             keep_prepared(&mut opts, 512);
             opts.database_url.to_string()
         };
         assert_eq!(
-            cache("postgres://u:p@127.0.0.1:5432/db?sslmode=disable"),
-            "postgres://u:p@127.0.0.1:5432/db?sslmode=disable&statement-cache-capacity=512"
+            cache("postgres://u:p%40ss@127.0.0.1:5432/db?sslmode=disable"),
+            "postgres://u:p%40ss@127.0.0.1:5432/db?sslmode=disable&statement-cache-capacity=512"
         );
         assert_eq!(
-            cache("postgresql://127.0.0.1/db"),
-            "postgresql://127.0.0.1/db?statement-cache-capacity=512"
+            cache("postgresql:///db?host=/var/run/postgresql"),
+            "postgresql:///db?host=/var/run/postgresql&statement-cache-capacity=512"
         );
         assert_eq!(
-            cache("postgres://127.0.0.1/db?statement-cache-capacity=0"),
-            "postgres://127.0.0.1/db?statement-cache-capacity=0"
+            cache("postgres://127.0.0.1/db"),
+            "postgres://127.0.0.1/db?statement-cache-capacity=512"
         );
+        // Below the working set, or 0 (every statement left on the server): replaced.
+        for set in ["0", "100", "4096"] {
+            assert_eq!(
+                cache(&format!(
+                    "postgres://127.0.0.1/db?statement-cache-capacity={set}&application_name=t"
+                )),
+                "postgres://127.0.0.1/db?application_name=t&statement-cache-capacity=512"
+            );
+        }
         assert_eq!(cache("sqlite:///tmp/t.db"), "sqlite:///tmp/t.db");
     }
 

@@ -24,13 +24,16 @@ use std::sync::Arc;
 /// store. Multi-row statements have one text per row count
 /// (1..=`ROWS_PER_INSERT`): the audit, capability and rate-limit INSERTs and
 /// the run and bucket lookups are five such families, 250 texts in all, beside
-/// the fixed statements of the other ops. The cache holds them all, so that a
-/// batch never prepares a statement it ran before: on PostgreSQL, sqlx's
-/// default of 100 evicted them in turn, and the server spent about a fifth of
-/// its CPU per issuance parsing and planning them again (issue 20,
-/// docs/performance.md).
+/// the fixed statements of the other ops (about 80 call sites). The cache holds
+/// them all, so that a batch never prepares a statement it ran before: on
+/// PostgreSQL, sqlx's default of 100 evicted them in turn, and the server spent
+/// about a fifth of its CPU per issuance parsing and planning them again
+/// (issue 20, docs/performance.md).
 pub const WRITER_STATEMENT_CACHE: usize = 512;
-const _: () = assert!(WRITER_STATEMENT_CACHE >= 6 * super::sql::ROWS_PER_INSERT);
+/// More than the writer's fixed statements (texts that do not vary with a row count).
+const FIXED_STATEMENTS_BOUND: usize = 128;
+const _: () =
+    assert!(WRITER_STATEMENT_CACHE >= 5 * super::sql::ROWS_PER_INSERT + FIXED_STATEMENTS_BOUND);
 
 /// The connection a write batch runs on.
 pub enum Conn<'c> {

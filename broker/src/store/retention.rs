@@ -19,7 +19,7 @@
 
 use super::query::{stmt, Columns};
 use super::run_index;
-use super::sql::in_list;
+use super::sql::{in_list, placeholder};
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
@@ -43,11 +43,19 @@ pub async fn prunable_runs(
     ended_before: i64,
     limit: i64,
 ) -> Result<Vec<String>, StoreError> {
-    let q = format!(
-        "SELECT r.id AS id FROM runs r WHERE r.ended_at IS NOT NULL AND r.ended_at < {ended_before} \
-         AND {NOTHING_PENDING} ORDER BY r.ended_at LIMIT {limit}"
+    let (cutoff, most) = (
+        placeholder(store.dialect(), 1),
+        placeholder(store.dialect(), 2),
     );
-    let rows = sqlx::query(&q).fetch_all(store.pool()).await?;
+    let q = format!(
+        "SELECT r.id AS id FROM runs r WHERE r.ended_at IS NOT NULL AND r.ended_at < {cutoff} \
+         AND {NOTHING_PENDING} ORDER BY r.ended_at LIMIT {most}"
+    );
+    let rows = sqlx::query(&q)
+        .bind(ended_before)
+        .bind(limit)
+        .fetch_all(store.pool())
+        .await?;
     rows.iter().map(|r| col(r, "id")).collect()
 }
 
@@ -90,12 +98,16 @@ impl WriteOp for PruneRuns {
                 return Ok(Pruned::default());
             }
             let list = in_list(ctx.dialect, self.ids.len());
+            // The cutoff is bound, not written into the text: a text per pass
+            // would take a place in the writer's statement cache each time.
+            let cutoff = placeholder(ctx.dialect, self.ids.len() + 1);
             let q = format!(
                 "SELECT r.id AS id FROM runs r WHERE r.id IN ({list}) AND r.ended_at IS NOT NULL \
-                 AND r.ended_at < {} AND {NOTHING_PENDING}",
-                self.ended_before
+                 AND r.ended_at < {cutoff} AND {NOTHING_PENDING}"
             );
-            let query = stmt(&q).bind_all(self.ids.iter().map(String::as_str));
+            let query = stmt(&q)
+                .bind_all(self.ids.iter().map(String::as_str))
+                .bind(self.ended_before);
             let mut ids = Vec::new();
             for row in query.fetch_all(&mut ctx.conn).await? {
                 ids.push(row.column::<String>("id")?);
