@@ -510,14 +510,24 @@ step('the audit page shows the run\'s rows and the chain verification', async ()
   await waitForText(page.locator('#chain-status'), 'Chain intact');
   await page.getByLabel('Run', { exact: true }).fill(s.runId);
   await page.getByRole('button', { name: 'Apply' }).click();
-  await waitForText(page.locator('table.audit caption'), 'newest first');
-  const events = await page.locator('table.audit tbody tr td:nth-child(3)').allInnerTexts();
+  // Apply renders the page again: until then the unfiltered table (and its
+  // caption) is still there, and while it renders there is none. So wait for
+  // the filtered rows themselves, each row's event and run read together: a
+  // filter that let another run's rows through would time out here.
+  let rows = [];
+  for (const deadline = Date.now() + 15_000; ; ) {
+    rows = await page
+      .locator('table.audit tbody tr')
+      .evaluateAll((trs) => trs.map((tr) => [tr.cells[2]?.innerText ?? '', tr.cells[7]?.innerText ?? '']));
+    if (rows.length && rows.every(([, run]) => run === s.runId)) break;
+    if (Date.now() > deadline) assert.fail(`the rows of run ${s.runId} did not show: ${JSON.stringify(rows.slice(0, 20))}`);
+    await sleep(100);
+  }
+  const events = rows.map(([event]) => event);
   assert.ok(events.includes('run.started'), `run.started in ${events}`);
   assert.ok(events.includes('capability.issued'), `capability.issued in ${events}`);
   assert.ok(events.includes('run.ended'), `run.ended in ${events}`);
   assert.ok(events.some((e) => /approv/.test(e)), `an approval event in ${events}`);
-  const runs = await page.locator('table.audit tbody tr td:nth-child(8)').allInnerTexts();
-  assert.ok(runs.every((r) => r === s.runId), 'only rows of this run');
   await waitForText(page.locator('#chain-status'), 'Chain intact');
   await shot(page, 'audit');
 
