@@ -61,7 +61,11 @@ impl WriteOp for RunDistinct {
             for k in 0..self.0 {
                 let q = format!("SELECT {} + {k} AS v", placeholder(ctx.dialect, 1));
                 let row = stmt(&q).bind(1_i64).fetch_one(&mut ctx.conn).await?;
-                assert_eq!(row.try_get::<i64>("v")?, 1 + k as i64);
+                // An error, not a panic: this runs on the writer's thread.
+                let v = row.try_get::<i64>("v")?;
+                if v != 1 + k as i64 {
+                    return Err(sqlx::Error::Protocol(format!("{q} gave {v}")));
+                }
             }
             Ok(())
         })
