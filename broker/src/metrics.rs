@@ -294,12 +294,15 @@ impl Metrics {
              # HELP tessera_store_writable 1 unless the writer's last batch failed on the store (full disk, read-only, unreachable).\n\
              # TYPE tessera_store_writable gauge\ntessera_store_writable {}\n\
              # HELP tessera_audit_head_held_seconds Time this broker's committed batches held the audit chain head (summed over replicas per second: how busy the cluster's one serialisation point is).\n\
-             # TYPE tessera_audit_head_held_seconds counter\ntessera_audit_head_held_seconds_total {:.6}\n# EOF\n",
+             # TYPE tessera_audit_head_held_seconds counter\ntessera_audit_head_held_seconds_total {:.6}\n\
+             # HELP tessera_store_writer_nice The store writer thread's nice value: on SQLite below the request threads' when the system allows raising it (CAP_SYS_NICE or RLIMIT_NICE), theirs when not or on PostgreSQL.\n\
+             # TYPE tessera_store_writer_nice gauge\ntessera_store_writer_nice {}\n# EOF\n",
             writer.commits.load(Ordering::Relaxed),
             writer.ops.load(Ordering::Relaxed),
             writer.failed_batches.load(Ordering::Relaxed),
             u8::from(writable),
             writer.head_held_us.load(Ordering::Relaxed) as f64 / 1e6,
+            writer.writer_nice.load(Ordering::Relaxed),
         );
         out
     }

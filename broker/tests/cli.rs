@@ -76,9 +76,28 @@ async fn start_dev_broker_policy(
     env: &[(&str, &str)],
     policy: &Path,
 ) -> Broker {
+    start_dev_broker_under(dir, config, env, policy, &[]).await
+}
+
+/// A dev broker started through `wrapper` (a program and its arguments that
+/// then run the broker, e.g. `setpriv …`), when not empty.
+async fn start_dev_broker_under(
+    dir: PathBuf,
+    config: Option<&str>,
+    env: &[(&str, &str)],
+    policy: &Path,
+    wrapper: &[&str],
+) -> Broker {
     tessera_broker::server::install_crypto_provider();
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut cmd = Command::new(BIN);
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
     cmd.envs(env.iter().copied());
     cmd.args(["serve", "--dev", "--listen", &addr, "--data-dir"])
         .arg(&dir)
@@ -2466,4 +2485,116 @@ async fn the_injection_example_runs_as_documented() {
         !log.contains(secret),
         "the rule's secret is in the broker's log"
     );
+}
+
+/// The nice value of each of `pid`'s threads named `name`.
+fn thread_nices(pid: u32, name: &str) -> Vec<i32> {
+    let mut nices = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let Ok(comm) = std::fs::read_to_string(task.join("comm")) else {
+            continue;
+        };
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap();
+        // After the parenthesised command: state is field 3, nice field 19.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        nices.push(rest.split(' ').nth(16).unwrap().parse().unwrap());
+    }
+    nices
+}
+
+/// What `tessera_store_writer_nice` says.
+async fn writer_nice_metric(broker: &Broker) -> i32 {
+    let metrics = reqwest::get(format!("{}/metrics", broker.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera_store_writer_nice "))
+        .unwrap_or_else(|| panic!("no writer nice in {metrics}"))
+        .parse()
+        .unwrap()
+}
+
+/// The store writer (the one thread every commit goes through) runs ten nice
+/// steps above the request threads when the system allows it, and at their
+/// priority when it does not; either way the log and `/metrics` say which
+/// (issue 20). Allowed: the test's own privileges, tried on a thread of its
+/// own. Refused: the broker started without CAP_SYS_NICE and with
+/// RLIMIT_NICE 0, which a process with the privilege can arrange.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_runs_above_the_request_threads_where_allowed_and_says_so() {
+    use tessera_broker::store::priority::{raise_current_thread, Priority, WRITER_BOOST};
+    let allowed = std::thread::spawn(|| raise_current_thread(WRITER_BOOST))
+        .join()
+        .unwrap();
+    let check = |broker: &Broker, raised: bool| {
+        let pid = broker.child.id();
+        let workers = thread_nices(pid, "tokio-rt-worker");
+        let writer = thread_nices(pid, "tessera-writer");
+        assert!(!workers.is_empty(), "no request threads");
+        assert_eq!(writer.len(), 1, "one writer thread: {writer:?}");
+        let others = workers[0];
+        assert!(workers.iter().all(|&n| n == others), "{workers:?}");
+        let expected = if raised {
+            others - WRITER_BOOST
+        } else {
+            others
+        };
+        assert_eq!(
+            writer[0], expected,
+            "writer {writer:?}, workers {workers:?}"
+        );
+        let log = std::fs::read_to_string(broker.dir.join("broker.log")).unwrap();
+        let said = if raised {
+            "the store writer runs above the request threads"
+        } else {
+            "the store writer runs at the request threads' priority"
+        };
+        assert!(log.contains(said), "the log does not say '{said}'");
+        expected
+    };
+
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broker = start_dev_broker_in(dir, None).await;
+    let raised = matches!(allowed, Priority::Raised { .. });
+    let nice = check(&broker, raised);
+    assert_eq!(writer_nice_metric(&broker).await, nice);
+    drop(broker);
+
+    if raised {
+        // The same broker without the privilege: no CAP_SYS_NICE, no
+        // RLIMIT_NICE to lower its nice value with.
+        let dir =
+            std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let broker = start_dev_broker_under(
+            dir,
+            None,
+            &[],
+            &policy_dir(),
+            &[
+                "prlimit",
+                "--nice=0:0",
+                "--",
+                "setpriv",
+                "--bounding-set=-sys_nice",
+                "--inh-caps=-sys_nice",
+                "--",
+            ],
+        )
+        .await;
+        let nice = check(&broker, false);
+        assert_eq!(writer_nice_metric(&broker).await, nice);
+        // Slower, not broken: a run is still committed through the writer.
+        let (run_id, _) = sandbox_run(&broker).await;
+        assert!(!run_id.is_empty());
+    }
 }

@@ -19,6 +19,7 @@ pub mod holds;
 pub mod instances;
 pub mod keys;
 pub mod policy_versions;
+pub mod priority;
 pub mod query;
 pub mod rate;
 pub mod retention;
