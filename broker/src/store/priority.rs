@@ -32,19 +32,23 @@ const HIGHEST: i32 = -20;
 /// What a thread runs at after [`raise_current_thread`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Priority {
-    /// Raised from the nice value `from` to `to`.
+    /// Raised from the nice value `from` to `to`: by the boost, or as far as
+    /// `RLIMIT_NICE` allows when that is less.
     Raised { from: i32, to: i32 },
     /// Left at `nice`: the system refused (`refused`), or there was no
     /// higher priority to take.
     Kept { nice: i32, refused: Option<Errno> },
+    /// Its own priority could not be read, so nothing was changed.
+    Unread { error: Errno },
 }
 
 impl Priority {
-    /// The nice value the thread runs at.
-    pub fn nice(&self) -> i32 {
+    /// The nice value the thread runs at, when known.
+    pub fn nice(&self) -> Option<i32> {
         match *self {
-            Priority::Raised { to, .. } => to,
-            Priority::Kept { nice, .. } => nice,
+            Priority::Raised { to, .. } => Some(to),
+            Priority::Kept { nice, .. } => Some(nice),
+            Priority::Unread { .. } => None,
         }
     }
 
@@ -75,6 +79,10 @@ impl Priority {
                 nice,
                 "the store writer runs at the highest priority already"
             ),
+            Priority::Unread { error } => tracing::info!(
+                error = %error,
+                "the store writer could not read its priority and runs at the request threads'"
+            ),
         }
     }
 }
@@ -86,16 +94,13 @@ pub fn current() -> Result<i32, Errno> {
 
 /// Raises the calling thread's priority by `boost` nice steps, at most to
 /// the highest. On Linux the nice value is per thread, so the thread that
-/// calls this is the only one raised.
+/// calls this is the only one raised (threads it creates later start at its
+/// value: the writer creates none). Where the full boost is refused but
+/// `RLIMIT_NICE` allows part of it (`LimitNICE=-5`), it takes that part.
 pub fn raise_current_thread(boost: i32) -> Priority {
     let from = match current() {
         Ok(nice) => nice,
-        Err(error) => {
-            return Priority::Kept {
-                nice: 0,
-                refused: Some(error),
-            }
-        }
+        Err(error) => return Priority::Unread { error },
     };
     let to = from.saturating_sub(boost).max(HIGHEST);
     if to >= from {
@@ -104,13 +109,28 @@ pub fn raise_current_thread(boost: i32) -> Priority {
             refused: None,
         };
     }
-    match setpriority_process(None, to) {
-        Ok(()) => Priority::Raised { from, to },
-        Err(error) => Priority::Kept {
+    let refused = match setpriority_process(None, to) {
+        Ok(()) => return Priority::Raised { from, to },
+        Err(error) => error,
+    };
+    let floor = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NICE)
+        .ok()
+        .map(|(soft, _)| rlimit_floor(soft));
+    match floor {
+        Some(floor) if floor > to && floor < from && setpriority_process(None, floor).is_ok() => {
+            Priority::Raised { from, to: floor }
+        }
+        _ => Priority::Kept {
             nice: from,
-            refused: Some(error),
+            refused: Some(refused),
         },
     }
+}
+
+/// The lowest nice value an `RLIMIT_NICE` of `limit` lets a thread without
+/// `CAP_SYS_NICE` take: 20 - `limit` (so 30 allows -10; infinity, -20).
+fn rlimit_floor(limit: u64) -> i32 {
+    20 - i32::try_from(limit.min(40)).unwrap_or(40)
 }
 
 #[cfg(test)]
@@ -134,8 +154,11 @@ mod tests {
         match got {
             Priority::Raised { from, to } => {
                 assert_eq!(from, before);
-                assert_eq!(to, (before - WRITER_BOOST).max(HIGHEST));
-                assert!(to < from);
+                // The whole boost, or as much as RLIMIT_NICE allows.
+                assert!(
+                    (before - WRITER_BOOST).max(HIGHEST) <= to && to < from,
+                    "{got:?}"
+                );
                 assert_eq!(after, to);
             }
             Priority::Kept { nice, refused } => {
@@ -143,13 +166,25 @@ mod tests {
                 assert_eq!(after, before);
                 assert!(refused.is_some() || before == HIGHEST, "{got:?}");
             }
+            Priority::Unread { error } => panic!("its own priority is readable: {error}"),
         }
-        assert_eq!(got.nice(), after);
+        assert_eq!(got.nice(), Some(after));
         assert_eq!(
             current().expect("reads it"),
             caller,
             "the caller's thread moved"
         );
+    }
+
+    /// What `LimitNICE=` / `--ulimit nice=` grant, as nice values.
+    #[test]
+    fn the_rlimit_sets_how_far_a_thread_may_go() {
+        assert_eq!(rlimit_floor(0), 20);
+        assert_eq!(rlimit_floor(20), 0);
+        assert_eq!(rlimit_floor(25), -5);
+        assert_eq!(rlimit_floor(30), -10);
+        assert_eq!(rlimit_floor(40), -20);
+        assert_eq!(rlimit_floor(u64::MAX), -20);
     }
 
     /// No boost asks for nothing, and a thread already at the highest

@@ -442,11 +442,15 @@ impl Writer {
                 // request threads, where the system allows it (store::priority).
                 // Not on PostgreSQL: the server's process is the other half of
                 // that path, and raising the writer alone measured no gain.
+                // Threads inherit their creator's nice value: no op may start a
+                // thread (or a blocking task, whose pool thread this one could
+                // create) from here, or that thread would run above the
+                // request threads too.
                 if dialect == Dialect::Sqlite {
                     let priority = priority::raise_current_thread(priority::WRITER_BOOST);
-                    thread_stats
-                        .writer_nice
-                        .store(priority.nice(), Ordering::Relaxed);
+                    if let Some(nice) = priority.nice() {
+                        thread_stats.writer_nice.store(nice, Ordering::Relaxed);
+                    }
                     priority.announce();
                 }
                 drive()
