@@ -51,7 +51,7 @@ pub use crate::boxed::BoxFuture;
 pub const MAX_BATCH: usize = 512;
 /// How long the SQLite writer waits for more ops before a small batch under
 /// load (see [`lingers`]).
-const LINGER: Duration = Duration::from_micros(250);
+const LINGER: Duration = Duration::from_micros(400);
 /// A batch with fewer ops than this is small.
 const LINGER_BELOW: usize = 24;
 /// The writer is busy when its last batch had at least this many ops.
@@ -614,11 +614,14 @@ async fn run(
 /// Why: on SQLite each commit costs the same whatever it holds (BEGIN, the
 /// audit head, COMMIT and its fsync, which in a virtual machine is a trap to
 /// the host per I/O); at 64 connections the batches were of 8 ops, so most of
-/// that was paid per issuance. Waiting 250 µs gathers about 20: measured
+/// that was paid per issuance. Waiting 250 µs gathered about 20: measured
 /// (docs/performance.md, issue 20) 2–4% more issuances/s at lower CPU per
-/// issuance, with p50 and p99 unchanged or lower; 600 µs was slower. Not on
-/// PostgreSQL: a batch there takes milliseconds of round trips, during which
-/// half the connections queue for the next one.
+/// issuance, with p50 and p99 unchanged or lower; 600 µs was slower then.
+/// With the writer above the request threads (store::priority) its batches
+/// are shorter, and 400 µs gathers about 26: 2% more than 250 µs (ahead in
+/// 5 of 5 rounds, p50 and p99 lower), 600 µs the same as 400, no wait 10%
+/// less. Not on PostgreSQL: a batch there takes milliseconds of round
+/// trips, during which half the connections queue for the next one.
 fn lingers(dialect: Dialect, last_batch: usize, batch: usize) -> bool {
     dialect == Dialect::Sqlite && last_batch >= LINGER_AFTER && batch < LINGER_BELOW
 }
