@@ -7,7 +7,7 @@
 //! often preempted half-applied; once the workers had answered all they
 //! could, the CPU idled until the writer caught up (12% idle on SQLite at 64
 //! connections on two cores). With the writer ten nice steps above the rest,
-//! idle fell to 5% and SQLite issued about 7% more per second
+//! idle fell to 5% and SQLite issued about 6% more per second
 //! (docs/performance.md, issue 20). Giving the workers a lower priority
 //! instead did not help: it gave the CPU to other processes. On PostgreSQL
 //! the writer is not raised: the server's process is the other half of its
