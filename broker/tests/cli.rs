@@ -2499,12 +2499,16 @@ fn thread_nices(pid: u32) -> Vec<(String, i32)> {
         ) else {
             continue;
         };
-        // After the parenthesised command: state is field 3, nice field 19.
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let nice = rest.split(' ').nth(16).unwrap().parse().unwrap();
-        threads.push((comm.trim_end().to_owned(), nice));
+        threads.push((comm.trim_end().to_owned(), nice_in(&stat)));
     }
     threads
+}
+
+/// The nice value in a `/proc/…/stat` line: after the parenthesised
+/// command, state is field 3 and nice field 19.
+fn nice_in(stat: &str) -> i32 {
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split(' ').nth(16).unwrap().parse().unwrap()
 }
 
 /// What `tessera_store_writer_nice` says.
@@ -2529,13 +2533,7 @@ async fn writer_nice_metric(broker: &Broker) -> i32 {
 async fn writer_runs(broker: &Broker, expected: impl Fn(i32) -> i32) -> i32 {
     let pid = broker.child.id();
     let threads = thread_nices(pid);
-    let main = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let others: i32 = main[main.rfind(')').unwrap() + 2..]
-        .split(' ')
-        .nth(16)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let others = nice_in(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap());
     let writer: Vec<i32> = threads
         .iter()
         .filter(|(name, _)| name == "tessera-writer")

@@ -330,8 +330,9 @@ pub struct WriterStats {
     /// row, so the sum over all replicas per second (≤ 1) is how busy the
     /// one serialisation point of the cluster is (docs/architecture.md).
     pub head_held_us: AtomicU64,
-    /// The writer thread's nice value: [`super::priority::WRITER_BOOST`]
-    /// below the other threads' when the system allowed it, theirs when not.
+    /// The writer thread's nice value: on SQLite up to
+    /// [`super::priority::WRITER_BOOST`] below the other threads' as far as
+    /// the system allowed it, theirs when not (and on PostgreSQL).
     pub writer_nice: AtomicI32,
 }
 
@@ -403,9 +404,19 @@ impl Writer {
                 // A batch on the native connection never waits on the runtime: it
                 // runs start to end on this thread, which parks between batches.
                 // The runtime's handle is entered there for the timers the engine sets.
+                // The thread runs above the request threads, where the system
+                // allows it (store::priority); threads inherit their creator's
+                // nice value, so no op may start a thread (or a blocking task,
+                // whose pool thread this one could create) from here.
                 Dialect::Sqlite => {
                     let handle = tokio::runtime::Handle::current();
+                    let stats = stats.clone();
                     Box::new(move || {
+                        let priority = priority::raise_current_thread(priority::WRITER_BOOST);
+                        if let Some(nice) = priority.nice() {
+                            stats.writer_nice.store(nice, Ordering::Relaxed);
+                        }
+                        priority.announce();
                         let _runtime = handle.enter();
                         block_on(task);
                     })
@@ -420,7 +431,9 @@ impl Writer {
                 // queue: every submitter gets an error (fail closed). Ops run on
                 // this runtime, not the request runtime: one that spawned a task
                 // would see it run only while a batch waits, and none may block in
-                // place (no op does either).
+                // place (no op does either). Its priority is left as it is: the
+                // server's process is the other half of its serial path, and
+                // raising the writer alone measured no gain.
                 Dialect::Postgres => Box::new(move || {
                     match tokio::runtime::Builder::new_current_thread()
                         .enable_all()
@@ -434,27 +447,9 @@ impl Writer {
                     }
                 }),
             };
-        let thread_stats = stats.clone();
         std::thread::Builder::new()
             .name("tessera-writer".into())
-            .spawn(move || {
-                // On SQLite the one serial path of every write runs above the
-                // request threads, where the system allows it (store::priority).
-                // Not on PostgreSQL: the server's process is the other half of
-                // that path, and raising the writer alone measured no gain.
-                // Threads inherit their creator's nice value: no op may start a
-                // thread (or a blocking task, whose pool thread this one could
-                // create) from here, or that thread would run above the
-                // request threads too.
-                if dialect == Dialect::Sqlite {
-                    let priority = priority::raise_current_thread(priority::WRITER_BOOST);
-                    if let Some(nice) = priority.nice() {
-                        thread_stats.writer_nice.store(nice, Ordering::Relaxed);
-                    }
-                    priority.announce();
-                }
-                drive()
-            })
+            .spawn(drive)
             .expect("the writer thread starts");
         Writer {
             tx,
