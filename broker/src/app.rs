@@ -260,7 +260,7 @@ const RUN_CACHE_MAX: usize = 100_000;
 
 /// Capabilities as issued, with their runs, by capability id: what an exchange
 /// compares a token's claims with and re-decides under the policy in force
-/// ([`crate::reauthorize`]). Only immutable fields are held; whether a capability
+/// ([`crate::grant::reauthorize`]). Only immutable fields are held; whether a capability
 /// is revoked, expired or out of uses, or its run ended, is decided by the store
 /// when the exchange takes a use. Filled at issuance and on a miss.
 pub type HeldCache = FactCache<(Arc<HeldCapability>, Arc<RunRecord>)>;

@@ -90,6 +90,50 @@ fn the_store_imports_no_api_cli_or_backend() {
     assert!(bad.is_empty(), "{bad:#?}");
 }
 
+/// The gateway is a door like the HTTP API's, not a client of it: what both
+/// need (who the run is, the decision, its record) is in [`crate::grant`].
+#[test]
+fn the_gateway_imports_nothing_from_the_api() {
+    let files = sources(&src().join("gateway"));
+    assert!(files.len() > 5, "{files:?}");
+    let bad = offenders(&files, &["api"]);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// Outside `policy/` (the engine) and `grant/` (the decision layer) no file
+/// asks Cedar to decide or reads its decision: a door that did would be a
+/// second pipeline, free to disagree with the others.
+#[test]
+fn only_the_decision_layer_asks_policy_to_decide() {
+    let root = src();
+    let files: Vec<PathBuf> = sources(&root)
+        .into_iter()
+        .filter(|f| {
+            !f.starts_with(root.join("policy"))
+                && !f.starts_with(root.join("grant"))
+                && *f != root.join("layering.rs")
+        })
+        .collect();
+    assert!(files.len() > 50, "{files:?}");
+    let bad: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            let code: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            code.contains(".decide(") || code.contains("PolicyDecision")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "ask crate::grant to decide instead: {bad:#?}"
+    );
+}
+
 #[test]
 fn boxed_is_a_leaf() {
     let file = src().join("boxed.rs");

@@ -16,7 +16,7 @@
 //!   that already are the newest version publish nothing (and a file watch
 //!   seeing what another replica published is not audited again);
 //! - a reload that tightens policy revokes every live capability the new set would
-//!   no longer issue ([`crate::reauthorize::stale`]) and says how many, in its
+//!   no longer issue ([`crate::grant::reauthorize::stale`]) and says how many, in its
 //!   result and its audit row.
 
 use crate::app::App;
@@ -97,7 +97,7 @@ pub async fn reload(
             // Which live capabilities the new set would no longer issue: known
             // before the swap, so the audit row can say how many it revokes.
             let now = app.clock.now();
-            let stale = match crate::reauthorize::stale(
+            let stale = match crate::grant::reauthorize::stale(
                 &app.store,
                 &engine,
                 &app.config.backends,
@@ -199,7 +199,7 @@ pub async fn reload(
 }
 
 /// Revokes (with their leases) the live capabilities a new policy set no
-/// longer issues, found by [`crate::reauthorize::stale`] before it came into
+/// longer issues, found by [`crate::grant::reauthorize::stale`] before it came into
 /// force. A capability missed here (a crash, a store error) is still refused
 /// at its next exchange, which re-decides it under the policy in force.
 pub(crate) async fn revoke_stale(

@@ -150,9 +150,14 @@ pub async fn publish_at_start(app: &App) -> anyhow::Result<()> {
     // What the files no longer grant (they may have changed while the broker
     // was down) is revoked, as a reload would.
     let c = &app.config;
-    let stale =
-        crate::reauthorize::stale(&app.store, &engine, &c.backends, &c.limits, app.clock.now())
-            .await?;
+    let stale = crate::grant::reauthorize::stale(
+        &app.store,
+        &engine,
+        &c.backends,
+        &c.limits,
+        app.clock.now(),
+    )
+    .await?;
     let mut audit = AuditEvent::new(crate::audit::events::POLICY_PUBLISHED, "start", "allow");
     audit.detail = Some(format!(
         "policies={} sha256={sha256} revoked={}",

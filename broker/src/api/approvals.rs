@@ -21,19 +21,15 @@ use crate::error::ApiError;
 use crate::grammar::parse_duration;
 use crate::ids::is_id;
 use crate::policy::approval_gate;
-use crate::store::approvals::{
-    self, ApprovalRecord, ApprovalView, Decide, Decided, ListFilter, RequestApproval, Requested,
-    Voter,
-};
+use crate::store::approvals::{self, ApprovalView, Decide, Decided, ListFilter, Voter};
 use crate::store::approvers::ApproverRecord;
-use crate::store::runs::{RunRecord, RunState};
 use axum::extract::{Path, State};
 use axum::Json;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_client::types::{
-    Approval, ApprovalDecision, ApprovalList, ApprovalListQuery, ApprovalPending, ApprovalRule,
-    ApprovalStatus, ApprovalWaitQuery, DecideApprovalRequest, ErrorCode,
+    Approval, ApprovalDecision, ApprovalList, ApprovalListQuery, ApprovalStatus, ApprovalWaitQuery,
+    DecideApprovalRequest, ErrorCode,
 };
 
 /// Longest long-poll; also kept below the request timeout.
@@ -41,77 +37,7 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 /// How often a long-poll re-reads the store (a decision on another replica).
 const POLL_EVERY: Duration = Duration::from_secs(1);
 
-/// Opens an approval for `record` (or returns the open one for the same
-/// request): the 202 of `POST /v1/capabilities`.
-pub(crate) async fn open(
-    app: &AppState,
-    run: &RunRecord,
-    record: ApprovalRecord,
-    mut audit: AuditEvent,
-) -> Result<ApprovalPending, ApiError> {
-    audit.event = events::APPROVAL_REQUESTED;
-    audit.decision = "pending";
-    audit.detail = Some(format!(
-        "approval={} policy={} approvers={} args={} expires_at={}",
-        record.id, record.policy, record.approvers, record.args_hash, record.expires_at
-    ));
-    let notify = crate::jobs::webhooks::announcement(app, run, &record);
-    let outcome = app
-        .store
-        .writer()
-        .submit(RequestApproval {
-            record,
-            audit,
-            notify,
-        })
-        .await?;
-    let record = match outcome {
-        Requested::Created(r) => {
-            app.metrics.capability("approval_requested");
-            app.webhook_wakeup.notify_one();
-            r
-        }
-        Requested::Existing(r) => r,
-        Requested::RunInactive => return Err(refusals::run_inactive(RunState::Ended)),
-        Requested::Denied(r) => {
-            return Err(ApiError {
-                message: format!(
-                "approval {} for this request was denied; a denial stands for the rest of the run",
-                r.id
-            ),
-                ..refusals::redemption(ApprovalStatus::Denied)
-            })
-        }
-        Requested::TooMany => {
-            return Err(ApiError {
-                message: format!(
-                    "this run has {} approvals open; wait for them before asking for more",
-                    approvals::MAX_OPEN_PER_RUN
-                ),
-                ..ApiError::rate_limited(60)
-            })
-        }
-    };
-    let body = ApprovalPending {
-        status: record.status_at(app.clock.now()),
-        expires_at: rfc3339(record.expires_at),
-        approvers: rules(&record.approvers),
-        args: record.args_hash.clone(),
-        approval_id: record.id,
-    };
-    Ok(body)
-}
-
-fn rules(described: &str) -> Vec<ApprovalRule> {
-    approval_gate::parse_described(described)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(rule, required)| ApprovalRule {
-            rule: rule.to_string(),
-            required,
-        })
-        .collect()
-}
+use crate::grant::approval::rules;
 
 fn wire(view: &ApprovalView, now: i64) -> Approval {
     let r = &view.record;

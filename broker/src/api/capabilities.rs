@@ -1,13 +1,17 @@
-//! `/v1/capabilities`: a run asks for a capability; Cedar decides; the broker signs.
+//! `/v1/capabilities`: the capability door. A run asks for a capability; the
+//! decision layer ([`crate::grant`]) decides it exactly as it decides every
+//! other door's request; this module only says what a capability is.
 //!
 //! Order matters and is the point of this module:
-//! 1. the run token names a run (its ended/expired state is re-checked in step 5);
-//! 2. action and resource are validated against the backend kind's grammar, and
-//!    the action against the schema, before policy sees them;
-//! 3. Cedar decides; a deny is audited and refused (the sandbox learns the
-//!    code, never which policy said no); an approval-gated permit opens an
-//!    approval (202) or, with `approval_id`, redeems an approved one;
-//! 4. the effective ttl/uses/rate are the strictest of the satisfied permits,
+//! 1. the run token names a run (its ended/expired state is re-checked when the
+//!    decision is recorded), and a DPoP proof, when sent, holds;
+//! 2. what only this door hands out is checked: ttl, hold, slot, and that the
+//!    arguments carry nothing that would mislead an approver;
+//! 3. the decision layer admits, decides (a deny is audited and refused: the
+//!    sandbox learns the code, never which policy said no) and passes the
+//!    `@approval` gate (202 with an approval, or, with `approval_id`, the
+//!    approved one redeemed);
+//! 4. the effective ttl/uses are the strictest of the satisfied permits,
 //!    bounded by the server caps and by the run's own expiry;
 //! 5. the capability row, the rate-limit charge and the audit row commit together
 //!    — and only then does the signed token leave the process.
@@ -21,17 +25,13 @@ use crate::backends::token::ACCESS_TOKEN_TYP;
 use crate::capability::{CapabilityClaims, CAPABILITY_TYP};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
-use crate::grammar::{parse_duration, Rate};
+use crate::grammar::parse_duration;
+use crate::grant::approval::Binding;
+use crate::grant::{record, Ask, Door, Permit, Refused};
 use crate::ids::{is_id, new_id};
 use crate::keys::jwt;
-use crate::policy::admit;
 use crate::policy::effective::Effective;
-use crate::policy::PolicyDecision;
-use crate::store::approvals::{self, ApprovalRecord};
-use crate::store::capabilities::{
-    CapabilityRecord, HeldCapability, IssueCapability, IssueOutcome, RateCharge, RevokeCapability,
-    Revoker,
-};
+use crate::store::capabilities::{CapabilityRecord, HeldCapability, RevokeCapability, Revoker};
 use crate::store::holds::RenewHolds;
 use crate::store::runs::{RunRecord, RunState};
 use axum::extract::{Path, State};
@@ -42,18 +42,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::{
-    ApprovalPending, ApprovalStatus, CapabilityRequest, CapabilityResponse, RenewHoldsRequest,
-    RenewHoldsResponse, RenewedHold, RevokeCapabilityResponse,
+    ApprovalPending, CapabilityRequest, CapabilityResponse, RenewHoldsRequest, RenewHoldsResponse,
+    RenewedHold, RevokeCapabilityResponse,
 };
-
-pub(crate) fn rate_charge(bucket: String, rate: &Rate) -> RateCharge {
-    let window_us = i64::try_from(rate.per.as_micros()).unwrap_or(i64::MAX / 4);
-    RateCharge {
-        bucket,
-        interval_us: (window_us / i64::from(rate.count.max(1))).max(1),
-        window_us,
-    }
-}
 
 refusals!(RequestCapabilityRefusals {
     400 => [InvalidRequest, InvalidJson, InvalidAction, InvalidResource, UnknownBackend, InvalidTtl, UnknownAction, InvalidHold, InvalidSlot, InvalidArguments, InvalidDpopProof, UseDpopNonce],
@@ -171,9 +162,11 @@ pub(crate) enum Outcome {
     Pending(ApprovalPending),
 }
 
-/// Decides a request of an active run and, if policy grants it, signs and
-/// records it in the grant's form: the one path capabilities and OAuth access
-/// tokens take, so both are decided, limited and audited alike.
+/// Decides a request of an active run through the decision layer
+/// ([`crate::grant`]) and, if it is granted, signs and records it in the
+/// grant's form: capabilities and OAuth access tokens differ only in what is
+/// signed. What this door hands out is checked first (ttl, hold, slot, the
+/// arguments an approver would read).
 pub(crate) async fn issue(
     app: &AppState,
     run: Arc<RunRecord>,
@@ -181,29 +174,10 @@ pub(crate) async fn issue(
     req: &CapabilityRequest,
     grant: Grant,
 ) -> Result<Outcome, ApiError> {
-    let now = app.clock.now();
-    let policy = app.policy();
-    let res = admit::check_capability(&policy, &app.config.backends, &req.action, &req.resource)
-        .map_err(|r| ApiError::bad_request(r.code, r.message))?;
-    if res.kind == "net" {
-        return Err(ApiError::bad_request(
-            ErrorCode::InvalidResource,
-            "net destinations are decided per connection by the egress gateway; \
-             no capability is issued for them",
-        ));
-    }
-    let is_token = matches!(grant.form, Form::AccessToken { .. });
-    if (res.kind == "oauth-resource") != is_token {
-        return Err(ApiError::bad_request(
-            ErrorCode::InvalidResource,
-            if is_token {
-                "not an oauth-resource backend"
-            } else {
-                "access tokens for an oauth-resource are issued at POST /oauth/token \
-                 (RFC 8693 token exchange); no capability is issued for them"
-            },
-        ));
-    }
+    let door = match grant.form {
+        Form::Capability => Door::Capability,
+        Form::AccessToken { .. } => Door::Token,
+    };
     let requested_ttl = req
         .ttl
         .as_deref()
@@ -251,150 +225,37 @@ pub(crate) async fn issue(
             return Err(refusals::unknown_approval());
         }
     }
-    let policy_request = crate::reauthorize::policy_request(
-        &run,
-        &req.action,
-        &res,
+    let ask = Ask {
+        door,
+        run: &run,
+        action: &req.action,
+        resource: &req.resource,
         requested_ttl,
-        now,
-        req.arguments.as_ref(),
-    );
-    policy.check_arguments(&policy_request).map_err(|e| {
-        let e: String = e.chars().take(300).collect();
-        ApiError::bad_request(ErrorCode::InvalidArguments, e)
-    })?;
-    let decision = policy.decide(&policy_request);
-    let mut audit = AuditEvent::new(
-        events::CAPABILITY_ISSUED,
-        format!("run:{}", run.id),
-        "allow",
-    );
-    audit.run_id = Some(run.id.clone());
-    audit.user = Some(run.user.clone());
-    audit.task_id = Some(run.task_id.clone());
-    audit.action = Some(req.action.clone());
-    audit.resource = Some(req.resource.clone());
-    audit.request_id = Some(rid);
-
-    let (policies, constraints) = match decision {
-        PolicyDecision::Deny {
-            rule,
-            policies,
-            errors,
-        } => {
-            if !errors.is_empty() {
-                tracing::warn!(?errors, "policy evaluation errors");
-            }
-            tracing::info!(user = %run.user, action = %req.action, resource = %req.resource, rule = rule.reason(), ?policies, "capability denied by policy");
-            audit.event = events::CAPABILITY_DENIED;
-            audit.decision = "deny";
-            audit.reason = Some(rule.reason().into());
-            audit.detail = Some(format!(
-                "rule={} policies={}",
-                rule.reason(),
-                policies.join(",")
-            ));
-            app.metrics.capability("denied");
-            let refusal = refusals::denied(rule);
-            return Err(record_refusal(app, &run, audit, refusal).await);
-        }
-        PolicyDecision::Allow {
-            policies,
-            constraints,
-        } => (policies, constraints),
+        arguments: req.arguments.as_ref(),
+        request_id: Some(rid),
+        detail: None,
+        end_run_on_deny: false,
     };
-    let args_hash = arguments
-        .as_deref()
-        .map(tessera_client::arguments::hash_canonical);
-    let mut bound = Bound {
-        arguments,
-        args_hash,
-        approval: None,
+    let decided = crate::grant::decide(app, ask)
+        .await
+        .map_err(refusals::grant)?;
+    let binding = Binding {
+        action: req.action.clone(),
+        resource: req.resource.clone(),
+        arguments: arguments.clone(),
     };
-    if let Some(policy_id) = &constraints.approval {
-        let approvers = constraints.approvers();
-        let canonical = bound.arguments.clone().unwrap_or_else(|| "{}".to_owned());
-        let args_hash = tessera_client::arguments::hash_canonical(&canonical);
-        let Some(approval_id) = &req.approval_id else {
-            let record = ApprovalRecord {
-                id: new_id(),
-                run_id: run.id.clone(),
-                action: req.action.clone(),
-                resource: req.resource.clone(),
-                arguments: canonical,
-                args_hash,
-                policy: policy_id.clone(),
-                approvers,
-                status: ApprovalStatus::Pending,
-                created_at: now,
-                expires_at: (now + constraints.approval_ttl().as_secs() as i64).min(run.expires_at),
-                decided_at: None,
-                capability_id: None,
-            };
-            return super::approvals::open(app, &run, record, audit)
-                .await
-                .map(Outcome::Pending);
-        };
-        let found = approvals::get(&app.store, approval_id)
-            .await?
-            .filter(|v| v.record.run_id == run.id);
-        let refusal = match &found {
-            None => Some(refusals::unknown_approval()),
-            Some(v) => {
-                let r = &v.record;
-                let same = r.action == req.action
-                    && r.resource == req.resource
-                    && r.args_hash == args_hash
-                    && r.approvers == approvers;
-                match r.status_at(now) {
-                    _ if !same => Some(refusals::approval_mismatch()),
-                    ApprovalStatus::Approved if r.capability_id.is_none() => None,
-                    status => Some(refusals::redemption(status)),
-                }
-            }
-        };
-        if let Some(refusal) = refusal {
-            audit.event = events::CAPABILITY_DENIED;
-            audit.decision = "deny";
-            audit.reason = Some(refusal.code.as_str().to_owned());
-            audit.detail = Some(format!("approval={approval_id}"));
-            app.metrics.capability("refused");
-            return Err(record_refusal(app, &run, audit, refusal).await);
-        }
-        // The hash binds `{}` when there were no arguments; the recorded arguments
-        // stay as asked, so re-authorization decides the request as it was made.
-        bound.args_hash = Some(args_hash);
-        bound.approval = Some((approval_id.clone(), approvers));
-    }
-
-    let issued = sign_and_record(
-        app,
-        &run,
-        req,
-        res.backend,
-        &policies,
-        &constraints,
-        (requested_ttl, hold),
-        (bound, grant),
-        now,
-        audit,
-    )
-    .await;
+    let permit = match decided.gate(app, binding, req.approval_id.as_deref()).await {
+        Ok(permit) => permit,
+        Err(Refused::Pending(p)) => return Ok(Outcome::Pending(p)),
+        Err(r) => return Err(refusals::grant(r)),
+    };
+    let issued = sign_and_record(app, &permit, req, arguments, (requested_ttl, hold), grant).await;
     match &issued {
         Ok(_) => app.metrics.capability("issued"),
         Err(e) if e.code == ErrorCode::RateLimited => app.metrics.capability("rate_limited"),
         Err(_) => app.metrics.capability("refused"),
     }
     issued.map(Outcome::Issued)
-}
-
-/// What a capability is bound to beyond its action and resource.
-struct Bound {
-    /// The canonical arguments and their hash.
-    arguments: Option<String>,
-    args_hash: Option<String>,
-    /// The approval redeemed for it, and the gates it met.
-    approval: Option<(String, String)>,
 }
 
 /// Where in `v` a key or string holds a character that would make what an
@@ -447,58 +308,29 @@ pub(crate) async fn refuse_before_policy(
     (action, resource): (&str, &str),
     refusal: ApiError,
 ) -> ApiError {
-    let mut audit = AuditEvent::new(events::CAPABILITY_DENIED, format!("run:{}", run.id), "deny");
-    audit.run_id = Some(run.id.clone());
-    audit.user = Some(run.user.clone());
-    audit.task_id = Some(run.task_id.clone());
-    audit.action = Some(action.chars().take(64).collect());
-    audit.resource = Some(resource.chars().take(512).collect());
+    let mut audit = crate::grant::event::for_run(run, events::CAPABILITY_DENIED, action, resource);
     audit.request_id = Some(rid);
-    audit.reason = Some(refusal.code.as_str().to_owned());
-    audit.detail = Some(refusal.message.clone());
     app.metrics.capability("refused");
-    record_refusal(app, run, audit, refusal).await
-}
-
-/// Records a refusal through the same path as an issuance: charged to the run's
-/// server-wide rate bucket and audited in the writer's batch. Returns the error
-/// to answer with (429 when the run is over its rate, run_ended when it ended).
-async fn record_refusal(
-    app: &AppState,
-    run: &RunRecord,
-    audit: AuditEvent,
-    refusal: ApiError,
-) -> ApiError {
-    let op = IssueCapability {
-        record: None,
-        rate: vec![server_rate(app, run)],
-        audit: Arc::new(audit),
-    };
-    match app.store.writer().record_issuance(op).await {
-        Ok(IssueOutcome::Denied) => refusal,
-        Ok(other) => refusals::issuance(other),
-        Err(e) => e.into(),
+    let reason = refusal.code.as_str();
+    let detail = Some(refusal.message.clone());
+    match record::refuse(app, Door::Capability, run, audit, reason, detail).await {
+        Ok(()) => refusal,
+        Err(r) => refusals::grant(r),
     }
 }
 
-/// The run's charge against the server-wide rate cap (`limits.max_rate`).
-pub(crate) fn server_rate(app: &AppState, run: &RunRecord) -> RateCharge {
-    rate_charge(format!("run:{}", run.id), &app.config.limits.max_rate)
-}
-
-#[allow(clippy::too_many_arguments)]
+/// Signs what `permit` allows in the grant's form and records it; the token
+/// leaves only after the record committed.
 async fn sign_and_record(
     app: &AppState,
-    run: &Arc<RunRecord>,
+    permit: &Permit,
     req: &CapabilityRequest,
-    backend: &str,
-    policies: &[String],
-    constraints: &crate::policy::Constraints,
+    arguments: Option<String>,
     (requested_ttl, hold_secs): (Option<Duration>, Option<i64>),
-    (bound, grant): (Bound, Grant),
-    now: i64,
-    mut audit: AuditEvent,
+    grant: Grant,
 ) -> Result<Issued, ApiError> {
+    let d = &permit.decided;
+    let (run, now, constraints) = (&d.run, d.now, &d.constraints);
     // One rule for what a capability gets, shared with `tessera policy explain/test`.
     let effective = Effective::new(constraints, &app.config.limits, requested_ttl);
     let mut expires_at = (now + effective.ttl.value.as_secs() as i64).min(run.expires_at);
@@ -506,15 +338,24 @@ async fn sign_and_record(
         expires_at = expires_at.min(now + max_ttl.as_secs() as i64);
     }
     // An approved capability is single-use unless a gated permit's @uses says otherwise.
-    let uses = if bound.approval.is_some() {
+    let uses = if permit.redeemed.is_some() {
         constraints.approved_uses(effective.uses.value)
     } else {
         effective.uses.value
     };
-    let mut rate = vec![server_rate(app, run)];
-    if let Some((r, policy_id)) = &constraints.rate {
-        rate.push(rate_charge(format!("run:{}:policy:{policy_id}", run.id), r));
-    }
+    // The hash binds `{}` when an approval was redeemed without arguments; the
+    // recorded arguments stay as asked, so re-authorization decides the
+    // request as it was made.
+    let args_hash = match &permit.redeemed {
+        Some(r) => Some(r.args_hash.clone()),
+        None => arguments
+            .as_deref()
+            .map(tessera_client::arguments::hash_canonical),
+    };
+    let approval = permit
+        .redeemed
+        .as_ref()
+        .map(|r| (r.approval.clone(), r.approvers.clone()));
 
     let keys = app.keys.snapshot();
     let jti = new_id();
@@ -533,7 +374,7 @@ async fn sign_and_record(
         res: req.resource.clone(),
         uses,
         cnf: grant.jkt.as_ref().map(|j| serde_json::json!({ "jkt": j })),
-        args: bound.args_hash.clone(),
+        args: args_hash.clone(),
     };
     let signer = keys.signer(now);
     let token = match &grant.form {
@@ -546,15 +387,16 @@ async fn sign_and_record(
             &super::oauth::access_token_claims(&claims, issuer, audience),
         ),
     };
+    let mut audit = d.audit.clone();
     audit.capability_id = Some(jti.clone());
     let mut extra = hold_secs.map(|h| format!(" hold={h}s")).unwrap_or_default();
     if req.slot.is_some() {
         extra.push_str(" slot=yes");
     }
-    if let Some(h) = &bound.args_hash {
+    if let Some(h) = &args_hash {
         extra.push_str(&format!(" args={h}"));
     }
-    if let Some((id, _)) = &bound.approval {
+    if let Some((id, _)) = &approval {
         extra.push_str(&format!(" approval={id}"));
     }
     if let Some(jkt) = &grant.jkt {
@@ -565,7 +407,7 @@ async fn sign_and_record(
     }
     audit.detail = Some(format!(
         "policies={} ttl={}s uses={} kid={}{extra}",
-        policies.join(","),
+        d.policies.join(","),
         expires_at - now,
         uses,
         signer.kid()
@@ -576,45 +418,35 @@ async fn sign_and_record(
         kid: signer.kid().to_owned(),
         action: req.action.clone(),
         resource: req.resource.clone(),
-        backend: backend.to_owned(),
-        policies: policies.join(","),
+        backend: d.backend.clone(),
+        policies: d.policies.join(","),
         issued_at: now,
         expires_at,
         uses,
         hold_secs,
         slot: req.slot.clone(),
-        arguments: bound.arguments,
-        args_hash: bound.args_hash.clone(),
-        approval: bound.approval,
+        arguments,
+        args_hash: args_hash.clone(),
+        approval,
     };
     let held = Arc::new(HeldCapability::from(&record));
-    let outcome = app
-        .store
-        .writer()
-        .record_issuance(IssueCapability {
-            record: Some(record),
-            rate,
-            audit: Arc::new(audit),
-        })
-        .await?;
-    match outcome {
-        IssueOutcome::Issued => {
-            // The exchange will compare its claims with this, without a read.
-            app.held.insert(jti.clone(), (held, run.clone()));
-            Ok(Issued {
-                response: CapabilityResponse {
-                    capability_id: jti,
-                    token,
-                    expires_at: rfc3339(expires_at),
-                    uses,
-                    lapses_at: hold_secs.map(|h| rfc3339(crate::store::holds::lapse_at(now, h))),
-                    args: bound.args_hash,
-                },
-                expires_at,
-            })
-        }
-        other => Err(refusals::issuance(other)),
-    }
+    permit
+        .issue(app, record, audit)
+        .await
+        .map_err(refusals::grant)?;
+    // The exchange will compare its claims with this, without a read.
+    app.held.insert(jti.clone(), (held, run.clone()));
+    Ok(Issued {
+        response: CapabilityResponse {
+            capability_id: jti,
+            token,
+            expires_at: rfc3339(expires_at),
+            uses,
+            lapses_at: hold_secs.map(|h| rfc3339(crate::store::holds::lapse_at(now, h))),
+            args: args_hash,
+        },
+        expires_at,
+    })
 }
 
 refusals!(RevokeCapabilityRefusals {

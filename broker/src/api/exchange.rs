@@ -3,7 +3,7 @@
 //! The capability is the credential: its signature, type, issuer, audience and
 //! times are checked first; then its claims are compared with the row the store
 //! recorded at issuance and the recorded request is decided again under the
-//! policy in force ([`crate::reauthorize`]: a mismatch is `invalid_token`, a
+//! policy in force ([`crate::grant::reauthorize`]: a mismatch is `invalid_token`, a
 //! capability the policy no longer grants is revoked and refused with
 //! `policy_changed`); then the store — not any cache — decides whether it is
 //! revoked, its run ended or expired, or its uses ran out, and takes one use
@@ -19,8 +19,8 @@ use crate::backends::Grant;
 use crate::capability::{self, CapabilityClaims, TokenError};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
+use crate::grant::reauthorize;
 use crate::ids::new_id;
-use crate::reauthorize;
 use crate::store::capabilities::{
     self, lease_revoked, ConsumeOutcome, ConsumeUse, FailLease, LeaseRecord, RevokeCapability,
     Revoker,

@@ -10,10 +10,9 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::ids::{
     has_secret_shape, sha256_hex, ADMIN_TOKEN_PREFIX, APPROVER_KEY_PREFIX, RUNTIME_KEY_PREFIX,
-    RUN_TOKEN_PREFIX,
 };
 use crate::store::approvers::{self, ApproverRecord};
-use crate::store::runs::{self, RunRecord};
+use crate::store::runs::RunRecord;
 use crate::store::runtimes::{self, RuntimeRecord};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -205,20 +204,11 @@ impl FromRequestParts<AppState> for AdminCaller {
 pub struct RunCaller(pub Arc<RunRecord>);
 
 pub(crate) async fn run_from(app: &AppState, token: &str) -> Result<Arc<RunRecord>, ApiError> {
-    if !has_secret_shape(token, RUN_TOKEN_PREFIX) {
-        return Err(invalid_credential());
-    }
-    let hash = sha256_hex(token.as_bytes());
-    if let Some(run) = app.runs.get(&hash) {
-        return Ok(run);
-    }
-    let run = Arc::new(
-        runs::find_by_token_hash(&app.store, &hash)
-            .await?
-            .ok_or_else(invalid_credential)?,
-    );
-    app.runs.insert(hash, run.clone());
-    Ok(run)
+    use crate::grant::run_token::{self, RunTokenError};
+    run_token::run_from(app, token).await.map_err(|e| match e {
+        RunTokenError::Invalid => invalid_credential(),
+        RunTokenError::Store(e) => e.into(),
+    })
 }
 
 impl FromRequestParts<AppState> for RunCaller {

@@ -10,9 +10,10 @@
 use crate::backends::BackendError;
 use crate::capability::TokenError;
 use crate::error::ApiError;
+use crate::grant::{ApprovalRefusal, Refused};
 use crate::policy::DenyRule;
 use crate::store::approvals::Decided;
-use crate::store::capabilities::{ConsumeOutcome, IssueOutcome};
+use crate::store::capabilities::ConsumeOutcome;
 use crate::store::runs::RunState;
 use axum::http::StatusCode;
 use tessera_client::types::{ApprovalStatus, ErrorCode};
@@ -62,21 +63,47 @@ fn deny_message(rule: DenyRule) -> &'static str {
     }
 }
 
-/// An issuance the writer refused (anything but the expected outcome).
-pub fn issuance(outcome: IssueOutcome) -> ApiError {
-    match outcome {
-        IssueOutcome::RunInactive(state) => run_inactive(state),
-        IssueOutcome::RateLimited { retry_after_us } => {
+/// A refusal of the decision layer ([`crate::grant`]), as the HTTP API words it.
+/// (`Pending` is a 202 at `/v1/capabilities`; here, for a door that cannot
+/// answer one, it reads as the pending redemption.)
+pub fn grant(refused: Refused) -> ApiError {
+    match refused {
+        Refused::RunInactive(state) => run_inactive(state),
+        Refused::Inadmissible { code, message } => ApiError::bad_request(code, message),
+        Refused::Denied { rule, .. } => denied(rule),
+        Refused::Pending(_) => redemption(ApprovalStatus::Pending),
+        Refused::Approval(a) => approval(a),
+        Refused::RateLimited { retry_after_us } => {
             ApiError::rate_limited((retry_after_us as u64).div_ceil(1_000_000))
         }
-        IssueOutcome::ApprovalUnavailable => ApiError::new(
+        Refused::Store(e) => e.into(),
+    }
+}
+
+/// Why an approval does not make a request hold.
+fn approval(refusal: ApprovalRefusal) -> ApiError {
+    match refusal {
+        ApprovalRefusal::Unknown => unknown_approval(),
+        ApprovalRefusal::Mismatch => approval_mismatch(),
+        ApprovalRefusal::Status(status) => redemption(status),
+        ApprovalRefusal::Unavailable => ApiError::new(
             StatusCode::CONFLICT,
             ErrorCode::ApprovalRedeemed,
             "the approval was redeemed, expired or cancelled meanwhile",
         ),
-        IssueOutcome::Issued | IssueOutcome::Denied | IssueOutcome::Unrecordable => {
-            ApiError::internal()
-        }
+        ApprovalRefusal::DeniedBefore(id) => ApiError {
+            message: format!(
+                "approval {id} for this request was denied; a denial stands for the rest of the run"
+            ),
+            ..redemption(ApprovalStatus::Denied)
+        },
+        ApprovalRefusal::TooMany => ApiError {
+            message: format!(
+                "this run has {} approvals open; wait for them before asking for more",
+                crate::store::approvals::MAX_OPEN_PER_RUN
+            ),
+            ..ApiError::rate_limited(60)
+        },
     }
 }
 

@@ -1,32 +1,33 @@
-//! One decision per connection, in this order, each step able to refuse and
-//! none connecting anything:
+//! The connect door: one decision per connection, in this order, each step
+//! able to refuse and none connecting anything:
 //!
-//! 1. the run is active (the store re-checks it when the decision is recorded);
-//! 2. the destination is in the `net` grammar and `connect` is declared;
-//! 3. Cedar decides `connect` on `net:HOST:PORT` (a forbid wins; default deny; a
-//!    permit that needs `@approval` refuses: a connection cannot wait for one);
-//! 4. the name is resolved once, by the gateway, and **every** address it has is
+//! 1. the decision layer ([`crate::grant`]): the run is active, the
+//!    destination is in the `net` grammar and `connect` is declared, Cedar
+//!    decides `connect` on `net:HOST:PORT` (a forbid wins; default deny), and
+//!    a permit with `@approval` holds only through an approval bound to this
+//!    connection (`403 approval_pending` with `Tessera-Approval-Id` until one
+//!    is given; the identical retry then passes once);
+//! 2. the name is resolved once, by the gateway, and **every** address it has is
 //!    classified (`addresses`): a non-public one is refused unless a satisfied
 //!    permit's `@allow_addresses` contains it;
-//! 5. the run's open-connection and byte allowances are checked;
-//! 6. the decision is recorded (rate-charged like a capability request, audited
-//!    as `egress.allowed`) and only after its commit may the caller connect — to
+//! 3. the run's open-connection and byte allowances are checked;
+//! 4. the decision is recorded by the decision layer (rate-charged, audited as
+//!    `egress.allowed`) and only after its commit may the caller connect — to
 //!    the addresses returned here, never to a second lookup's.
 //!
-//! A refusal at 3 or 4 is audited as `egress.denied` and ends the run when
+//! A refusal is audited as `egress.denied` and ends the run when
 //! `gateway.end_run_on_deny` or the forbid's `@on_deny("end_run")` says so.
 
 use super::addresses::{self, Range};
 use super::refusal::{Code, Refusal};
 use super::traffic::{Conn, Limits};
 use super::Gateway;
-use crate::api::capabilities::{rate_charge, server_rate};
-use crate::audit::{events, AuditEvent};
+use crate::audit::AuditEvent;
 use crate::backends::net::cidr::Cidr;
 use crate::backends::net::grammar::{Destination, Host, CONNECT};
-use crate::policy::{admit, PolicyDecision};
-use crate::store::capabilities::{IssueCapability, IssueOutcome};
-use crate::store::runs::{EndRun, RunRecord, RunState};
+use crate::grant::approval::Binding;
+use crate::grant::{self, record, ApprovalRefusal, Ask, Door, Refused};
+use crate::store::runs::RunRecord;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -36,8 +37,8 @@ pub struct Allowed {
     pub conn: Conn,
 }
 
-/// What a refusal records: the audit row's reason and detail, the metric's
-/// reason, and whether it ends the run.
+/// What a door's own refusal records: the audit row's reason and detail, the
+/// metric's reason, and whether it ends the run.
 pub(crate) struct Denial {
     pub reason: String,
     pub detail: Option<String>,
@@ -48,14 +49,43 @@ pub(crate) struct Denial {
 /// The `egress.allowed` row of `run`'s connection to `resource`; a refusal
 /// turns it into `egress.denied`.
 pub(crate) fn audit_for(run: &RunRecord, resource: &str) -> AuditEvent {
-    let mut ev = AuditEvent::new(events::EGRESS_ALLOWED, format!("run:{}", run.id), "allow");
-    ev.run_id = Some(run.id.clone());
-    ev.user = Some(run.user.clone());
-    ev.task_id = Some(run.task_id.clone());
-    ev.action = Some(CONNECT.to_owned());
-    ev.resource = Some(resource.to_owned());
-    ev
+    grant::event::for_run(run, Door::Connect.allowed_event(), CONNECT, resource)
 }
+
+/// What a gateway approval is bound to: the method, `host:port`, path, query
+/// and the SHA-256 of the body (hex), and the body itself when it is short
+/// text an approver can read. A `CONNECT` has no path, query or body.
+pub(crate) fn approval_binding(
+    action: &str,
+    resource: &str,
+    (method, authority, path, query): (&str, &str, &str, &str),
+    body: &[u8],
+) -> Binding {
+    let mut args = serde_json::json!({
+        "method": method,
+        "host": authority,
+        "path": path,
+        "query": query,
+        "body_sha256": crate::ids::sha256_hex(body),
+    });
+    let readable = std::str::from_utf8(body)
+        .ok()
+        .filter(|t| !t.is_empty() && t.len() <= MAX_SHOWN_BODY)
+        .filter(|t| !t.chars().any(crate::names::misleads));
+    if let Some(text) = readable {
+        args["body"] = serde_json::Value::String(text.to_owned());
+    }
+    Binding {
+        action: action.to_owned(),
+        resource: resource.to_owned(),
+        arguments: Some(
+            tessera_client::arguments::canonical(&args).unwrap_or_else(|_| args.to_string()),
+        ),
+    }
+}
+
+/// Longest body an approval shows as text (longer ones by their hash only).
+const MAX_SHOWN_BODY: usize = 4096;
 
 /// Whether `ip` is in one of `ranges`, directly or as the IPv4 address an IPv6
 /// form carries.
@@ -80,68 +110,34 @@ pub fn first_refused(addrs: &[IpAddr], opened_ranges: &[Cidr]) -> Option<(IpAddr
 
 impl Gateway {
     /// Decides and records one connection of `run` to `dest`.
-    pub async fn decide(
+    pub async fn admit(
         &self,
         run: &Arc<RunRecord>,
         dest: &Destination,
     ) -> Result<Allowed, Refusal> {
         let app = &self.app;
-        let now = app.clock.now();
-        let state = run.state(now);
-        if state != RunState::Active {
-            return Err(Refusal::new(
-                Code::RunEnded,
-                format!("the run has {}", state.as_str()),
-            ));
-        }
         let resource = self.resource(dest);
-        let mut audit = audit_for(run, &resource);
-        let policy = app.policy();
-        let res = admit::check_capability(&policy, &app.config.backends, CONNECT, &resource)
-            .map_err(|r| {
-                Refusal::new(
-                    Code::InvalidDestination,
-                    format!("{}: {}", r.code.as_str(), r.message),
-                )
-            })?;
-        let request = crate::reauthorize::policy_request(run, CONNECT, &res, None, now, None);
-        let (policies, constraints) = match policy.decide(&request) {
-            PolicyDecision::Deny { rule, policies, .. } => {
-                let denial = Denial {
-                    reason: rule.reason().to_owned(),
-                    detail: Some(format!("policies={}", policies.join(","))),
-                    metric: "policy",
-                    end_run: self.config.end_run_on_deny || policy.ends_run_on_deny(&policies),
-                };
-                self.refuse(run, audit, denial).await;
-                return Err(Refusal::new(
-                    Code::DestinationDenied,
-                    format!("policy does not permit connecting to {}", dest.path()),
-                ));
-            }
-            PolicyDecision::Allow {
-                policies,
-                constraints,
-            } => (policies, constraints),
+        let ask = Ask {
+            door: Door::Connect,
+            run,
+            action: CONNECT,
+            resource: &resource,
+            requested_ttl: None,
+            arguments: None,
+            request_id: None,
+            detail: None,
+            end_run_on_deny: self.config.end_run_on_deny,
         };
-        if constraints.approval.is_some() {
-            // A permit that needs a human's approval does not hold until one is
-            // given, and a connection cannot wait for it.
-            let denial = Denial {
-                reason: "approval_required".into(),
-                detail: Some(format!("policies={}", policies.join(","))),
-                metric: "policy",
-                end_run: false,
-            };
-            self.refuse(run, audit, denial).await;
-            return Err(Refusal::new(
-                Code::DestinationDenied,
-                format!(
-                    "connecting to {} needs a human approval, which the gateway cannot wait for",
-                    dest.path()
-                ),
-            ));
-        }
+        let denied = || format!("policy does not permit connecting to {}", dest.path());
+        let decided = grant::decide(app, ask)
+            .await
+            .map_err(|r| self.refused(run, r, Code::DestinationDenied, denied))?;
+        let binding = approval_binding(CONNECT, &resource, ("CONNECT", &dest.path(), "", ""), b"");
+        let mut permit = decided
+            .gate(app, binding, None)
+            .await
+            .map_err(|r| self.refused(run, r, Code::DestinationDenied, denied))?;
+        let audit = permit.decided.audit.clone();
 
         let ips = match &dest.host {
             Host::Ip(ip) => vec![*ip],
@@ -154,20 +150,21 @@ impl Gateway {
                         metric: "dns",
                         end_run: false,
                     };
-                    self.refuse(run, audit, denial).await;
+                    self.refuse(Door::Connect, run, audit, denial).await;
                     return Err(Refusal::new(Code::Unresolvable, why));
                 }
             },
         };
         let listed: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
-        if let Some((ip, range)) = first_refused(&ips, &constraints.allow_addresses) {
+        let opened = &permit.decided.constraints.allow_addresses;
+        if let Some((ip, range)) = first_refused(&ips, opened) {
             let denial = Denial {
                 reason: format!("address_{}", range.as_str()),
                 detail: Some(format!("addresses={} refused={ip}", listed.join(","))),
                 metric: "address",
                 end_run: self.config.end_run_on_deny,
             };
-            self.refuse(run, audit, denial).await;
+            self.refuse(Door::Connect, run, audit, denial).await;
             return Err(Refusal::new(
                 Code::AddressRefused,
                 format!(
@@ -178,15 +175,17 @@ impl Gateway {
             ));
         }
 
+        let now = app.clock.now();
         let traffic = self.traffic.run(&run.id, run.expires_at, now);
         let limits = Limits {
             max_up: self.config.max_bytes_up_per_run,
             max_down: self.config.max_bytes_down_per_run,
         };
         let addresses = listed.join(",");
+        let mut audit = audit;
         audit.detail = Some(format!(
             "addresses={addresses} policies={}",
-            policies.join(",")
+            permit.decided.policies.join(",")
         ));
         let conn = if Conn::exhausted(&traffic, limits) {
             Err("the run has used its byte allowance")
@@ -204,17 +203,15 @@ impl Gateway {
                     metric: "limit",
                     end_run: false,
                 };
-                self.refuse(run, audit, denial).await;
+                self.refuse(Door::Connect, run, audit, denial).await;
                 return Err(Refusal::new(Code::LimitReached, why));
             }
         };
 
-        if let Err(refusal) = self
-            .record_allowed(run, audit, constraints.rate.as_ref())
-            .await
-        {
+        permit.decided.audit = audit;
+        if let Err(r) = permit.record(app).await {
             drop(conn); // never connected: no close row
-            return Err(refusal);
+            return Err(self.refused(run, r, Code::DestinationDenied, denied));
         }
         app.metrics.egress("allow", "policy");
         let port = dest.port;
@@ -227,49 +224,91 @@ impl Gateway {
         })
     }
 
-    /// Records an allowed decision (a connection, an injected request) before
-    /// anything goes upstream: rate-charged like a capability request (the
-    /// server's rate and the permit's `@rate`), audited, committed. A run the
-    /// store finds ended loses its injection session and its connections here.
-    pub(crate) async fn record_allowed(
+    /// The gateway's answer to a refusal of the decision layer; `denied`
+    /// (with the message `why` makes) answers a policy denial. A run found
+    /// ended loses its injection session and its connections here.
+    pub(crate) fn refused(
         &self,
         run: &RunRecord,
-        audit: AuditEvent,
-        policy_rate: Option<&(crate::grammar::Rate, String)>,
-    ) -> Result<(), Refusal> {
+        refused: Refused,
+        denied: Code,
+        why: impl FnOnce() -> String,
+    ) -> Refusal {
         let app = &self.app;
-        let mut rate = vec![server_rate(app, run)];
-        if let Some((r, policy_id)) = policy_rate {
-            rate.push(rate_charge(format!("run:{}:policy:{policy_id}", run.id), r));
-        }
-        let op = IssueCapability {
-            record: None,
-            rate,
-            audit: Arc::new(audit),
+        let cut = |gw: &Gateway| {
+            app.injection.forget(&run.id);
+            if let Some(t) = gw.traffic.get(&run.id) {
+                t.cut_all();
+            }
         };
-        match app.store.writer().record_issuance(op).await {
-            Ok(IssueOutcome::Denied) => Ok(()),
-            Ok(IssueOutcome::RunInactive(state)) => {
+        match refused {
+            Refused::RunInactive(state) => {
                 // Ended elsewhere (another replica, the sweeper).
-                app.injection.forget(&run.id);
-                if let Some(t) = self.traffic.get(&run.id) {
-                    t.cut_all();
+                cut(self);
+                Refusal::new(Code::RunEnded, format!("the run has {}", state.as_str()))
+            }
+            Refused::Inadmissible { code, message } => Refusal::new(
+                Code::InvalidDestination,
+                format!("{}: {message}", code.as_str()),
+            ),
+            Refused::Denied { end_run, .. } => {
+                if end_run {
+                    cut(self);
                 }
-                Err(Refusal::new(
-                    Code::RunEnded,
-                    format!("the run has {}", state.as_str()),
-                ))
+                Refusal::new(denied, why())
             }
-            Ok(_) => {
+            Refused::Pending(p) => {
+                app.metrics.egress("deny", "approval");
+                let mut r = Refusal::new(
+                    Code::ApprovalPending,
+                    format!(
+                        "approval {} is {}: once approvers approve it, the identical request \
+                         passes once (GET /v1/approvals/{}?wait=30s with the run token tells)",
+                        p.approval_id,
+                        p.status.as_str(),
+                        p.approval_id
+                    ),
+                );
+                r.approval_id = Some(p.approval_id);
+                r
+            }
+            Refused::Approval(a) => {
+                app.metrics.egress("deny", "approval");
+                match a {
+                    ApprovalRefusal::DeniedBefore(id) => {
+                        let mut r = Refusal::new(
+                            Code::ApprovalDenied,
+                            format!(
+                                "approval {id} for this request was denied; a denial stands for the rest of the run"
+                            ),
+                        );
+                        r.approval_id = Some(id);
+                        r
+                    }
+                    ApprovalRefusal::TooMany => Refusal::new(
+                        Code::LimitReached,
+                        "the run has its most approvals open; wait for them before asking for more",
+                    ),
+                    other => Refusal::new(
+                        Code::ApprovalUnavailable,
+                        format!(
+                            "{}: the approval was redeemed by another request, expired or was cancelled; \
+                             send the request again to ask for a new one",
+                            other.code().as_str()
+                        ),
+                    ),
+                }
+            }
+            Refused::RateLimited { .. } => {
                 app.metrics.egress("deny", "rate");
-                Err(Refusal::new(Code::LimitReached, "the run is over its rate"))
+                Refusal::new(Code::LimitReached, "the run is over its rate")
             }
-            Err(e) => {
+            Refused::Store(e) => {
                 tracing::error!(error = %e, "cannot record an egress decision");
-                Err(Refusal::new(
+                Refusal::new(
                     Code::StoreUnavailable,
                     "the decision cannot be recorded; nothing went upstream",
-                ))
+                )
             }
         }
     }
@@ -279,28 +318,23 @@ impl Gateway {
         format!("{}:{}", self.config.backend, dest.path())
     }
 
-    /// Records a refusal of what `audit` describes (rate-charged and audited
-    /// as `egress.denied`, like a refused capability) and, when the denial
-    /// says so, ends the run and cuts its other connections.
-    pub(crate) async fn refuse(&self, run: &RunRecord, mut audit: AuditEvent, denial: Denial) {
+    /// Records a refusal of the gateway's own (a name that does not resolve,
+    /// an address, a limit, a placeholder, a first flight that is not TLS):
+    /// rate-charged and audited as `egress.denied` by the decision layer, and,
+    /// when the denial says so, the run ended and its other connections cut.
+    pub(crate) async fn refuse(
+        &self,
+        door: Door,
+        run: &RunRecord,
+        audit: AuditEvent,
+        denial: Denial,
+    ) {
         let app = &self.app;
         app.metrics.egress("deny", denial.metric);
-        audit.event = events::EGRESS_DENIED;
-        audit.decision = "deny";
-        audit.reason = Some(denial.reason);
-        if denial.detail.is_some() {
-            audit.detail = denial.detail;
-        }
         let destination = audit.resource.clone().unwrap_or_default();
-        let op = IssueCapability {
-            record: None,
-            rate: vec![server_rate(app, run)],
-            audit: Arc::new(audit),
-        };
-        let recorded = app.store.writer().record_issuance(op).await;
-        if let Err(e) = &recorded {
-            tracing::error!(error = %e, "cannot record an egress refusal");
-        }
+        // The store's word (a rate, an ended run) changes nothing here: the
+        // answer is this refusal either way.
+        let _ = record::refuse(app, door, run, audit, &denial.reason, denial.detail).await;
         if denial.end_run {
             self.end_run(run, &destination).await;
         }
@@ -310,26 +344,8 @@ impl Gateway {
     /// revoked (downstream too, through the revocation outbox), and its open
     /// connections here are cut.
     pub async fn end_run(&self, run: &RunRecord, destination: &str) {
-        let app = &self.app;
-        let mut audit = AuditEvent::new(events::RUN_ENDED, "gateway", "allow");
-        audit.run_id = Some(run.id.clone());
-        audit.reason = Some("egress_denied".into());
-        let end = EndRun {
-            run_id: run.id.clone(),
-            runtime_id: None,
-            reason: "egress_denied",
-            audit,
-        };
-        match app.store.writer().submit(end).await {
-            Ok(_) => {
-                tracing::warn!(run = %run.id, destination, "run ended: it tried a destination it may not reach");
-                app.revocation_wakeup.notify_one();
-            }
-            Err(e) => {
-                tracing::error!(error = %e, run = %run.id, "cannot end the run after an egress refusal")
-            }
-        }
-        self.app.injection.forget(&run.id);
+        tracing::warn!(run = %run.id, destination, "ending the run: it tried a destination it may not reach");
+        record::end_run(&self.app, run, "gateway", "egress_denied").await;
         if let Some(t) = self.traffic.get(&run.id) {
             t.cut_all();
         }
@@ -360,6 +376,46 @@ mod tests {
         assert_eq!(
             first_refused(&[ip("10.1.2.3")], &[]),
             Some((ip("10.1.2.3"), Range::Private))
+        );
+    }
+
+    #[test]
+    fn an_approval_is_bound_to_every_part_of_the_request() {
+        let base = approval_binding("POST", "api:/a", ("POST", "h.test:443", "/a", "x=1"), b"{}");
+        let differ = [
+            approval_binding("POST", "api:/a", ("PUT", "h.test:443", "/a", "x=1"), b"{}"),
+            approval_binding("POST", "api:/a", ("POST", "h.test:444", "/a", "x=1"), b"{}"),
+            approval_binding("POST", "api:/a", ("POST", "h.test:443", "/b", "x=1"), b"{}"),
+            approval_binding("POST", "api:/a", ("POST", "h.test:443", "/a", "x=2"), b"{}"),
+            approval_binding(
+                "POST",
+                "api:/a",
+                ("POST", "h.test:443", "/a", "x=1"),
+                b"{ }",
+            ),
+        ];
+        for other in differ {
+            assert_ne!(base.arguments, other.arguments);
+        }
+        let again = approval_binding("POST", "api:/a", ("POST", "h.test:443", "/a", "x=1"), b"{}");
+        assert_eq!(base.arguments, again.arguments);
+        let long = vec![b'a'; MAX_SHOWN_BODY + 1];
+        let hidden = approval_binding("POST", "api:/a", ("POST", "h", "/a", ""), &long);
+        let v: serde_json::Value =
+            serde_json::from_str(hidden.arguments.as_deref().unwrap()).unwrap();
+        assert!(v.get("body").is_none(), "{v}");
+        assert_eq!(v["body_sha256"], crate::ids::sha256_hex(&long));
+        let bidi = approval_binding(
+            "POST",
+            "api:/a",
+            ("POST", "h", "/a", ""),
+            "a\u{202e}b".as_bytes(),
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(bidi.arguments.as_deref().unwrap()).unwrap();
+        assert!(
+            v.get("body").is_none(),
+            "what misleads is shown by hash only: {v}"
         );
     }
 }

@@ -17,11 +17,13 @@ use super::sni::{read_client_hello, HelloError};
 use super::traffic::Cut;
 use super::Gateway;
 use crate::backends::net::grammar::{normalise, Destination, Host};
+use crate::grant::run_token::{run_from, RunTokenError};
+use crate::grant::Door;
 use crate::store::runs::RunRecord;
 use base64::Engine as _;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -37,6 +39,13 @@ pub(super) fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    if let Some(id) = r
+        .approval_id
+        .as_deref()
+        .and_then(|id| HeaderValue::from_str(id).ok())
+    {
+        h.insert(super::refusal::APPROVAL_ID_HEADER, id);
+    }
     if r.code == Code::ProxyAuthRequired {
         // A connection that failed to authenticate gets no second try on it:
         // a client holding idle connections with made-up tokens holds nothing.
@@ -74,15 +83,12 @@ async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<RunRecord
             "present the run token: Proxy-Authorization: Bearer TOKEN (or Basic with it as the password)",
         ));
     };
-    crate::api::extract::run_from(&gw.app, &token)
-        .await
-        .map_err(|e| {
-            if e.status == StatusCode::SERVICE_UNAVAILABLE {
-                Refusal::new(Code::StoreUnavailable, "the store is unavailable")
-            } else {
-                Refusal::new(Code::ProxyAuthRequired, "invalid or unknown run token")
-            }
-        })
+    run_from(&gw.app, &token).await.map_err(|e| match e {
+        RunTokenError::Store(_) => Refusal::new(Code::StoreUnavailable, "the store is unavailable"),
+        RunTokenError::Invalid => {
+            Refusal::new(Code::ProxyAuthRequired, "invalid or unknown run token")
+        }
+    })
 }
 
 /// The destination of a request, in the grammar's one spelling.
@@ -156,7 +162,7 @@ async fn tunnel(
     req: Request<Incoming>,
     slot: Slot,
 ) -> Result<Response<ProxyBody>, Refusal> {
-    let allowed = gw.decide(&run, &dest).await?;
+    let allowed = gw.admit(&run, &dest).await?;
     let held = slot.lock().ok().and_then(|mut s| s.take());
     let rule = match &dest.host {
         Host::Name(name) => gw
@@ -297,8 +303,8 @@ async fn forward(
             metric: "placeholder",
             end_run: gw.config.end_run_on_placeholder_misuse,
         };
-        gw.refuse(&run, audit_for(&run, &gw.resource(&dest)), denial)
-            .await;
+        let audit = audit_for(&run, &gw.resource(&dest));
+        gw.refuse(Door::Connect, &run, audit, denial).await;
         return Err(Refusal::new(
             Code::PlaceholderRefused,
             "a placeholder is worth nothing here: only its own API, over HTTPS through this gateway, takes it",
@@ -319,7 +325,7 @@ async fn forward(
         .parse()
         .map_err(|_| Refusal::new(Code::InvalidDestination, "bad request target"))?;
 
-    let Allowed { addrs, conn } = gw.decide(&run, &dest).await?;
+    let Allowed { addrs, conn } = gw.admit(&run, &dest).await?;
     // The request line and headers count against the allowance as the body does.
     if !conn.add_up(head_len(&parts.uri, &parts.headers)) {
         return Err(Refusal::new(
@@ -415,7 +421,7 @@ impl Gateway {
             metric: "sni",
             end_run: self.config.end_run_on_deny && why == "sni_mismatch",
         };
-        self.refuse(run, audit_for(run, &self.resource(dest)), denial)
-            .await;
+        let audit = audit_for(run, &self.resource(dest));
+        self.refuse(Door::Connect, run, audit, denial).await;
     }
 }

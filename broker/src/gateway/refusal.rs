@@ -30,6 +30,14 @@ pub enum Code {
     RequestDenied,
     /// 403: a placeholder sent where it is not its rule's API or not its run's.
     PlaceholderRefused,
+    /// 403: a permit with `@approval` covers the request; `Tessera-Approval-Id`
+    /// names the approval (pending, or approved and not yet redeemed by a retry).
+    ApprovalPending,
+    /// 403: an approval for the identical request was denied in this run.
+    ApprovalDenied,
+    /// 403: the approval was redeemed by another request, expired or was
+    /// cancelled while this one was decided; the next identical request asks anew.
+    ApprovalUnavailable,
 }
 
 impl Code {
@@ -46,6 +54,9 @@ impl Code {
             Code::StoreUnavailable => "store_unavailable",
             Code::RequestDenied => "request_denied",
             Code::PlaceholderRefused => "placeholder_refused",
+            Code::ApprovalPending => "approval_pending",
+            Code::ApprovalDenied => "approval_denied",
+            Code::ApprovalUnavailable => "approval_unavailable",
         }
     }
 
@@ -56,7 +67,10 @@ impl Code {
             | Code::DestinationDenied
             | Code::AddressRefused
             | Code::RequestDenied
-            | Code::PlaceholderRefused => StatusCode::FORBIDDEN,
+            | Code::PlaceholderRefused
+            | Code::ApprovalPending
+            | Code::ApprovalDenied
+            | Code::ApprovalUnavailable => StatusCode::FORBIDDEN,
             Code::InvalidDestination => StatusCode::BAD_REQUEST,
             Code::Unresolvable | Code::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             Code::LimitReached => StatusCode::TOO_MANY_REQUESTS,
@@ -65,11 +79,16 @@ impl Code {
     }
 }
 
-/// A refusal: its code and message.
+/// The header naming the approval an `approval_pending` (or `approval_denied`)
+/// refusal is about.
+pub const APPROVAL_ID_HEADER: &str = "tessera-approval-id";
+
+/// A refusal: its code and message, and the approval it is about.
 #[derive(Debug, Clone)]
 pub struct Refusal {
     pub code: Code,
     pub message: String,
+    pub approval_id: Option<String>,
 }
 
 impl Refusal {
@@ -77,6 +96,7 @@ impl Refusal {
         Refusal {
             code,
             message: message.into(),
+            approval_id: None,
         }
     }
 

@@ -10,14 +10,15 @@
 //! - rate limits are GCRA buckets read and written inside the writer's
 //!   transaction (batches are serialised, across replicas too).
 
+pub use super::charges::RateCharge;
+use super::charges::{Charge, Charged, RefusedAs};
 use super::query::stmt;
-use super::rate;
 use super::runs::{run_columns, RunRecord, RunState};
 use super::sql::ROWS_PER_INSERT;
 use super::writer::{BatchedOp, BoxFuture, WriteCtx, WriteOp, Writer};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -43,20 +44,9 @@ pub struct CapabilityRecord {
     pub approval: Option<(String, String)>,
 }
 
-/// One GCRA charge (microseconds): `bucket` may take one request every
-/// `interval_us`, with bursts up to `window_us` worth.
-#[derive(Debug, Clone)]
-pub struct RateCharge {
-    pub bucket: String,
-    pub interval_us: i64,
-    pub window_us: i64,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IssueOutcome {
     Issued,
-    /// The policy refusal was recorded.
-    Denied,
     RunInactive(RunState),
     RateLimited {
         retry_after_us: i64,
@@ -69,30 +59,23 @@ pub enum IssueOutcome {
     Unrecordable,
 }
 
+/// A capability to record, with its rate charges and its `capability.issued`
+/// row. A decision that issues nothing is a [`super::decisions::RecordDecision`].
 pub struct IssueCapability {
-    /// `None` records a policy refusal: it is rate-charged and audited the same
-    /// way, so a tool looping on denied requests is throttled like any other.
-    pub record: Option<CapabilityRecord>,
+    pub record: CapabilityRecord,
     pub rate: Vec<RateCharge>,
-    /// The `capability.issued` (or `capability.denied`) event; refusals for other
-    /// reasons reuse it with another decision. Shared with the writer's audit
-    /// row, which needs no copy of it.
+    /// The `capability.issued` event; the store's own refusals (an ended run,
+    /// a rate, a redeemed approval) reuse it as `capability.denied` or
+    /// `capability.rate_limited`. Shared with the writer's audit row.
     pub audit: Arc<AuditEvent>,
-}
-
-impl IssueCapability {
-    fn run_id(&self) -> Option<&str> {
-        self.audit.run_id.as_deref()
-    }
 }
 
 /// Issuances are applied in bulk, all of a batch's together (see [`apply_issuances`]).
 impl BatchedOp for IssueCapability {
     type Output = IssueOutcome;
 
-    /// A recorded refusal is not a grant: it is applied even when its submitter gave up.
     fn grants(&self) -> bool {
-        self.record.is_some()
+        true
     }
 
     fn apply_batch<'a>(
@@ -104,170 +87,63 @@ impl BatchedOp for IssueCapability {
 }
 
 impl Writer {
-    /// Records a capability, or the refusal of one, with the batch's other
-    /// issuances (see [`apply_issuances`]); returns only after its transaction
-    /// committed.
+    /// Records a capability with the batch's other issuances (see
+    /// [`apply_issuances`]); returns only after its transaction committed.
     pub async fn record_issuance(&self, op: IssueCapability) -> Result<IssueOutcome, StoreError> {
         self.submit_batched(op).await
     }
 }
 
-/// Runs `SELECT … WHERE <column> IN (…)` over `keys`, in chunks.
-async fn select_in(
-    ctx: &mut WriteCtx<'_>,
-    select_where: &str,
-    keys: BTreeSet<&str>,
-) -> Result<Vec<super::query::Row>, sqlx::Error> {
-    let keys: Vec<&str> = keys.into_iter().collect();
-    let mut rows = Vec::new();
-    for chunk in keys.chunks(ROWS_PER_INSERT) {
-        let q = format!(
-            "{select_where} IN ({})",
-            super::sql::in_list(ctx.dialect, chunk.len())
-        );
-        let mut query = stmt(&q);
-        for key in chunk {
-            query = query.bind(*key);
-        }
-        rows.extend(query.fetch_all(&mut ctx.conn).await?);
-    }
-    Ok(rows)
-}
-
-/// The audit event of a refused issuance: no capability id, the given reason.
-/// An egress decision recorded through the same path (the gateway's) is
-/// refused as `egress.denied`, whatever refused it: the SIEM rule for egress
-/// must not have to know the capability events.
-fn refused(issued: &AuditEvent, event: &'static str, reason: String) -> Arc<AuditEvent> {
-    let mut ev = issued.clone();
-    ev.event = if matches!(issued.event, events::EGRESS_ALLOWED | events::EGRESS_DENIED) {
-        events::EGRESS_DENIED
-    } else {
-        event
-    };
-    ev.decision = "deny";
-    ev.capability_id = None;
-    ev.reason = Some(reason);
-    Arc::new(ev)
-}
-
-/// Applies a batch's issuances together: one query for the runs, one for the rate
-/// buckets, multi-row INSERT/UPSERT for the rows. Each issuance is decided in
-/// order exactly as if applied alone (run active? every rate charge admitted?),
-/// against state read inside the writer's transaction. Returns one outcome per
-/// op, in order.
+/// Applies a batch's issuances together: the charges (run, rate, approval,
+/// audit) through [`super::charges::apply`], then multi-row INSERTs for the
+/// capabilities charged. Returns one outcome per op, in order.
 async fn apply_issuances(
     ctx: &mut WriteCtx<'_>,
     ops: &[&IssueCapability],
 ) -> Result<Vec<IssueOutcome>, sqlx::Error> {
-    let now = ctx.now();
-    let now_us = ctx.now_ms * 1000;
-
-    let run_ids: BTreeSet<&str> = ops.iter().filter_map(|op| op.run_id()).collect();
-    let mut runs: HashMap<String, RunState> = HashMap::new();
-    for row in select_in(
-        ctx,
-        "SELECT id, ended_at, expires_at FROM runs WHERE id",
-        run_ids,
-    )
-    .await?
-    {
-        let state = RunState::of(row.try_get("ended_at")?, row.try_get("expires_at")?, now);
-        runs.insert(row.try_get("id")?, state);
-    }
-    let buckets: BTreeSet<&str> = ops
-        .iter()
-        .flat_map(|op| op.rate.iter().map(|r| r.bucket.as_str()))
-        .collect();
-    let mut tats: HashMap<String, i64> = HashMap::new();
-    for row in select_in(
-        ctx,
-        "SELECT bucket, tat_us FROM rate_limits WHERE bucket",
-        buckets,
-    )
-    .await?
-    {
-        tats.insert(row.try_get("bucket")?, row.try_get("tat_us")?);
-    }
-
-    let mut dirty: BTreeSet<String> = BTreeSet::new();
-    let mut issued: Vec<usize> = Vec::new();
-    let mut outcomes: Vec<IssueOutcome> = Vec::with_capacity(ops.len());
-    for (i, op) in ops.iter().enumerate() {
-        if let Some(r) = &op.record {
-            // The run index is filled from this row (store::run_index): one
-            // that does not name its capability would leave it unindexed, so
-            // it is refused alone, before anything is charged or recorded.
-            if op.audit.capability_id.as_deref() != Some(r.id.as_str())
-                || op.audit.run_id.as_deref() != Some(r.run_id.as_str())
-                || op.audit.event != crate::audit::events::CAPABILITY_ISSUED
-            {
-                debug_assert!(false, "an issuance's audit row names another capability");
-                outcomes.push(IssueOutcome::Unrecordable);
-                continue;
-            }
-        }
-        let state = op
-            .run_id()
-            .and_then(|id| runs.get(id))
-            .copied()
-            .unwrap_or(RunState::Ended);
-        if state != RunState::Active {
-            let reason = format!("run_{}", state.as_str());
-            ctx.audit_shared(refused(&op.audit, events::CAPABILITY_DENIED, reason))
-                .await?;
-            outcomes.push(IssueOutcome::RunInactive(state));
+    let mut outcomes: Vec<Option<IssueOutcome>> = Vec::with_capacity(ops.len());
+    let mut charged: Vec<Charge<'_>> = Vec::with_capacity(ops.len());
+    for op in ops {
+        let r = &op.record;
+        // The run index is filled from this row (store::run_index): one that
+        // does not name its capability would leave it unindexed, so it is
+        // refused alone, before anything is charged or recorded.
+        if op.audit.capability_id.as_deref() != Some(r.id.as_str())
+            || op.audit.run_id.as_deref() != Some(r.run_id.as_str())
+            || op.audit.event != events::CAPABILITY_ISSUED
+        {
+            debug_assert!(false, "an issuance's audit row names another capability");
+            outcomes.push(Some(IssueOutcome::Unrecordable));
             continue;
         }
-        let buckets: Vec<rate::Bucket> = op
-            .rate
-            .iter()
-            .map(|c| rate::Bucket {
-                tat_us: tats.get(&c.bucket).copied(),
-                interval_us: c.interval_us,
-                window_us: c.window_us,
-            })
-            .collect();
-        let next = match rate::charge(now_us, &buckets) {
-            Ok(next) => next,
-            Err(retry_after_us) => {
-                ctx.audit_shared(refused(
-                    &op.audit,
-                    events::CAPABILITY_RATE_LIMITED,
-                    "rate_limited".into(),
-                ))
-                .await?;
-                outcomes.push(IssueOutcome::RateLimited { retry_after_us });
-                continue;
+        outcomes.push(None);
+        charged.push(Charge {
+            rate: &op.rate,
+            audit: &op.audit,
+            redeems: r
+                .approval
+                .as_ref()
+                .map(|(approval, _)| (approval.as_str(), r.id.as_str())),
+            refused_as: RefusedAs::CAPABILITY,
+        });
+    }
+    let mut results = super::charges::apply(ctx, &charged).await?.into_iter();
+    let mut issued: Vec<usize> = Vec::new();
+    for (i, slot) in outcomes.iter_mut().enumerate() {
+        if slot.is_some() {
+            continue;
+        }
+        *slot = Some(match results.next() {
+            Some(Charged::Applied) => {
+                issued.push(i);
+                IssueOutcome::Issued
             }
-        };
-        if let Some((r, (approval_id, _))) = op
-            .record
-            .as_ref()
-            .and_then(|r| r.approval.as_ref().map(|a| (r, a)))
-        {
-            if !super::approvals::redeem(ctx, approval_id, &r.run_id, &r.id, now).await? {
-                ctx.audit_shared(refused(
-                    &op.audit,
-                    events::CAPABILITY_DENIED,
-                    "approval_unavailable".into(),
-                ))
-                .await?;
-                outcomes.push(IssueOutcome::ApprovalUnavailable);
-                continue;
+            Some(Charged::RunInactive(state)) => IssueOutcome::RunInactive(state),
+            Some(Charged::RateLimited { retry_after_us }) => {
+                IssueOutcome::RateLimited { retry_after_us }
             }
-        }
-        for (c, tat) in op.rate.iter().zip(next) {
-            tats.insert(c.bucket.clone(), tat);
-            dirty.insert(c.bucket.clone());
-        }
-        ctx.audit_shared(op.audit.clone()).await?;
-        if op.record.is_some() {
-            outcomes.push(IssueOutcome::Issued);
-            issued.push(i);
-        } else {
-            outcomes.push(IssueOutcome::Denied);
-        }
+            Some(Charged::ApprovalUnavailable) | None => IssueOutcome::ApprovalUnavailable,
+        });
     }
 
     for chunk in issued.chunks(ROWS_PER_INSERT) {
@@ -278,7 +154,7 @@ async fn apply_issuances(
             super::sql::values_placeholders(ctx.dialect, chunk.len(), 17)
         );
         let mut query = stmt(&q);
-        for r in chunk.iter().filter_map(|&i| ops[i].record.as_ref()) {
+        for r in chunk.iter().map(|&i| &ops[i].record) {
             query = query
                 .bind(&r.id)
                 .bind(&r.run_id)
@@ -301,20 +177,10 @@ async fn apply_issuances(
         query.execute(&mut ctx.conn).await?;
     }
     supersede(ctx, ops, &issued).await?;
-    let dirty: Vec<String> = dirty.into_iter().collect();
-    for chunk in dirty.chunks(ROWS_PER_INSERT) {
-        let q = format!(
-            "INSERT INTO rate_limits (bucket, tat_us) VALUES {} \
-             ON CONFLICT (bucket) DO UPDATE SET tat_us = excluded.tat_us",
-            super::sql::values_placeholders(ctx.dialect, chunk.len(), 2)
-        );
-        let mut query = stmt(&q);
-        for b in chunk {
-            query = query.bind(b).bind(tats.get(b).copied().unwrap_or(now_us));
-        }
-        query.execute(&mut ctx.conn).await?;
-    }
-    Ok(outcomes)
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or(IssueOutcome::Unrecordable))
+        .collect())
 }
 
 #[derive(Debug, Clone)]
@@ -538,13 +404,12 @@ async fn supersede(
 ) -> Result<(), sqlx::Error> {
     let mut last: HashMap<(&str, &str), (&str, &AuditEvent)> = HashMap::new();
     for &i in issued {
-        if let Some(r) = &ops[i].record {
-            if let Some(slot) = &r.slot {
-                last.insert(
-                    (r.run_id.as_str(), slot.as_str()),
-                    (r.id.as_str(), &ops[i].audit),
-                );
-            }
+        let r = &ops[i].record;
+        if let Some(slot) = &r.slot {
+            last.insert(
+                (r.run_id.as_str(), slot.as_str()),
+                (r.id.as_str(), &ops[i].audit),
+            );
         }
     }
     if last.is_empty() {

@@ -7,7 +7,7 @@
 
 use crate::support::app::{Db, DbBackends, Extra, TestApp};
 use crate::support::dns::Dns;
-use crate::support::egress::{audit_rows, code};
+use crate::support::egress::{approver_key, audit_rows, code};
 use crate::support::postgres::PgFixture;
 use crate::support::upstream::{TestCa, Upstream};
 use serde_json::Value;
@@ -30,7 +30,7 @@ permit (principal == Tessera::User::"alice", action == Tessera::Action::"connect
 when { resource.kind == "net" && resource.path like "*.public.test:*" };
 
 @id("egress-needs-approval")
-@approval("group:release-managers")
+@approval("group:release")
 @allow_addresses("127.0.0.0/8")
 permit (principal == Tessera::User::"alice", action == Tessera::Action::"connect", resource)
 when { resource.kind == "net" && resource.path like "approval.test:*" };
@@ -341,23 +341,108 @@ async fn a_destination_outside_policy_is_403_and_audited() {
     assert_eq!(status, 403);
 }
 
-/// A permit that needs a human's approval does not let a connection through: a
-/// connection cannot wait for one (test written after the fix; it fails without it).
+/// One request through the gateway with a raw socket: its status, its
+/// `Tessera-Approval-Id` header and its body.
+async fn raw_with_approval(gateway: SocketAddr, request: &str) -> (u16, Option<String>, String) {
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let id = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("tessera-approval-id")
+            .then(|| value.trim().to_owned())
+    });
+    (status, id, body.to_owned())
+}
+
+/// A permit with `@approval` at the connect door means what it means at
+/// `/v1/capabilities`: the connection waits for an approval bound to it
+/// (`403 approval_pending`, `Tessera-Approval-Id`), the identical request
+/// while it is pending names the same one, and once approved the identical
+/// request passes exactly once. (Written first against the gateway that
+/// refused every gated connection as `destination_denied`; it failed there.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connect_permit_that_needs_approval_refuses() {
+async fn a_gated_connection_waits_for_its_approval_and_passes_once() {
     let e = env().await;
     e.dns.set("approval.test", vec![vec!["127.0.0.1"]]);
     let (_, run_id, token) = e.app.run_for("alice").await;
     let target = format!("approval.test:{}", e.http.port());
-    let (status, body) = raw(e.gateway, &connect_req(&target, &token)).await;
+    let (status, first, body) = raw_with_approval(e.gateway, &connect_req(&target, &token)).await;
     assert_eq!(
         (status, code(&body).as_str()),
-        (403, "destination_denied"),
+        (403, "approval_pending"),
         "{body}"
     );
-    assert_eq!(e.http.accepted(), 0);
-    let denied = audit_rows(&e.app, &run_id, "egress.denied", 1).await;
-    assert_eq!(denied[0]["reason"], "approval_required", "{denied:?}");
+    let first = first.expect("the approval is named in Tessera-Approval-Id");
+    let (status, again, _) = raw_with_approval(e.gateway, &connect_req(&target, &token)).await;
+    assert_eq!((status, again.as_deref()), (403, Some(first.as_str())));
+    assert_eq!(e.http.accepted(), 0, "nothing is connected while it waits");
+
+    // The run sees what it waits for; approvers see the same.
+    let seen: Value = e
+        .app
+        .get(&format!("/v1/approvals/{first}"), Some(&token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["status"], "pending", "{seen}");
+    assert_eq!(seen["action"], "connect", "{seen}");
+    assert_eq!(seen["resource"], format!("net:{target}"), "{seen}");
+    assert_eq!(seen["arguments"]["method"], "CONNECT", "{seen}");
+    assert_eq!(seen["arguments"]["host"], target.as_str(), "{seen}");
+
+    let key = approver_key(&e.app, "dana").await;
+    let resp = e
+        .app
+        .post(
+            &format!("/v1/approvals/{first}/approve"),
+            Some(&key),
+            serde_json::json!({"comment": "ok"}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+
+    // An absolute-form request is one connection to the destination: the
+    // approved one passes, once.
+    let get = format!(
+        "GET http://{target}/once HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    let (status, _, body) = raw_with_approval(e.gateway, &get).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("hello from upstream /once"), "{body}");
+    let (status, next, body) = raw_with_approval(e.gateway, &get).await;
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (403, "approval_pending"),
+        "{body}"
+    );
+    assert_ne!(
+        next.as_deref(),
+        Some(first.as_str()),
+        "an approval passes one request"
+    );
+    assert_eq!(e.http.accepted(), 1);
+
+    let allowed = audit_rows(&e.app, &run_id, "egress.allowed", 1).await;
+    assert_eq!(allowed.len(), 1, "{allowed:?}");
+    assert!(
+        allowed[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("approval={first}")),
+        "{allowed:?}"
+    );
+    let requested = audit_rows(&e.app, &run_id, "approval.requested", 2).await;
+    assert_eq!(requested.len(), 2, "{requested:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

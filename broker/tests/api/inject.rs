@@ -7,7 +7,7 @@
 
 use crate::support::app::{Db, Extra, TestApp};
 use crate::support::dns::Dns;
-use crate::support::egress::{audit_rows, code};
+use crate::support::egress::{approver_key, audit_rows, code};
 use crate::support::moto::{moto, EXTERNAL_ID, ROLE};
 use crate::support::upstream::{tls_front, TestCa, Upstream};
 use serde_json::{json, Value};
@@ -36,6 +36,11 @@ when { resource.backend == "api" && resource.path like "/api/repos/acme/secret*"
 forbid (principal, action == Tessera::Action::"POST", resource)
 when { resource.backend == "api" && context has arguments &&
   !(context.arguments.headers.contains("content-type=application/json")) };
+
+@id("api-gated-issues")
+@approval("group:release")
+permit (principal == Tessera::User::"alice", action == Tessera::Action::"POST", resource)
+when { resource.backend == "api" && resource.path like "/api/repos/gated/*" };
 
 @id("api2-read")
 permit (principal == Tessera::User::"alice", action == Tessera::Action::"GET", resource)
@@ -398,6 +403,170 @@ async fn the_api_gets_the_rules_credential_and_never_the_tools() {
     let dump = serde_json::to_string(&everything).unwrap();
     assert!(!dump.contains(&e.secret));
     assert!(!text.contains(&e.secret) && !got.body.contains(&e.secret));
+}
+
+/// `@approval` on an injected request means what it means at
+/// `/v1/capabilities`: Python `requests` gets `403 approval_pending` with
+/// `Tessera-Approval-Id`, nothing reaches the API, and approvers see the method,
+/// host, path, query and the body's SHA-256 (and its text); once approved, the
+/// identical request (here from curl) passes exactly once; a second retry
+/// and a changed body each ask anew. (Written first against the gateway that
+/// refused gated requests as `request_denied`; it failed there.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_request_is_approved_for_its_exact_body_and_passes_once() {
+    let e = env().await;
+    let (_, run_id, token) = e.app.run_for("alice").await;
+    let (ca, _) = e.session(&token).await;
+    let url = format!(
+        "https://api.inject.test:{}/api/repos/gated/issues?label=release",
+        e.api.port()
+    );
+    let body = r#"{"title": "ship 4f2a9c1"}"#;
+    let script = format!(
+        "import requests\n\
+         r = requests.post('{url}', data={body:?}, headers={{'Content-Type': 'application/json'}},\n\
+             proxies={{'https': 'http://run:{token}@{gw}'}}, verify='{ca}', timeout=20)\n\
+         print(r.status_code, r.headers.get('Tessera-Approval-Id'), r.json()['error']['code'])\n",
+        gw = e.gateway,
+        ca = ca.display(),
+    );
+    let out = tokio::process::Command::new(crate::support::moto::python())
+        .args(["-c", &script])
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut words = text.split_whitespace();
+    assert_eq!(words.next(), Some("403"), "{text}");
+    let first = words.next().unwrap().to_owned();
+    assert_eq!(words.next(), Some("approval_pending"), "{text}");
+    assert!(
+        !e.api.seen().iter().any(|r| r.contains("/gated/")),
+        "nothing reaches the API before the approval: {:?}",
+        e.api.seen()
+    );
+
+    let seen: Value = e
+        .app
+        .get(&format!("/v1/approvals/{first}"), Some(&token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["status"], "pending", "{seen}");
+    assert_eq!(
+        (seen["action"].as_str(), seen["resource"].as_str()),
+        (Some("POST"), Some("api:/api/repos/gated/issues"))
+    );
+    let args = &seen["arguments"];
+    assert_eq!(args["method"], "POST", "{seen}");
+    assert_eq!(
+        args["host"],
+        format!("api.inject.test:{}", e.api.port()),
+        "{seen}"
+    );
+    assert_eq!(args["path"], "/api/repos/gated/issues", "{seen}");
+    assert_eq!(args["query"], "label=release", "{seen}");
+    assert_eq!(
+        args["body_sha256"],
+        tessera_broker::ids::sha256_hex(body.as_bytes()),
+        "{seen}"
+    );
+    assert_eq!(args["body"], body, "{seen}");
+
+    let key = approver_key(&e.app, "dana").await;
+    let resp = e
+        .app
+        .post(
+            &format!("/v1/approvals/{first}/approve"),
+            Some(&key),
+            json!({"comment": "CHG-7"}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+
+    let post = |data: &'static str| {
+        let (e, token, ca, url) = (&e, token.clone(), ca.clone(), url.clone());
+        async move {
+            let extra = [
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                data,
+                "-D",
+                "-",
+            ];
+            curl(e, &token, &ca, &url, &extra).await
+        }
+    };
+    let approval_of = |c: &Curl| {
+        c.body.lines().find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("tessera-approval-id")
+                .then(|| value.trim().to_owned())
+        })
+    };
+    let passed = post(r#"{"title": "ship 4f2a9c1"}"#).await;
+    assert_eq!(passed.status, "200", "{}", passed.body);
+    assert!(
+        passed
+            .body
+            .contains("method=POST path=/api/repos/gated/issues?label=release"),
+        "{}",
+        passed.body
+    );
+    assert!(
+        passed
+            .body
+            .contains(&format!("auth_sha256={}", e.auth_hash())),
+        "{}",
+        passed.body
+    );
+    let again = post(r#"{"title": "ship 4f2a9c1"}"#).await;
+    assert_eq!(again.status, "403", "{}", again.body);
+    assert!(again.body.contains("approval_pending"), "{}", again.body);
+    let second = approval_of(&again).expect("a new approval");
+    assert_ne!(second, first, "an approval lets one request through");
+    let changed = post(r#"{"title": "ship 0000000"}"#).await;
+    assert_eq!(changed.status, "403", "{}", changed.body);
+    let third = approval_of(&changed).expect("a new approval");
+    assert!(
+        third != first && third != second,
+        "another body is another request"
+    );
+    assert_eq!(
+        e.api
+            .seen()
+            .iter()
+            .filter(|r| r.contains("/gated/"))
+            .count(),
+        1,
+        "{:?}",
+        e.api.seen()
+    );
+
+    let requests = audit_rows(&e.app, &run_id, "egress.request", 1).await;
+    let gated: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["resource"] == "api:/api/repos/gated/issues")
+        .collect();
+    assert_eq!(gated.len(), 1, "{requests:?}");
+    assert!(
+        gated[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("approval={first}")),
+        "{gated:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,15 +21,16 @@ use crate::backends::http::grammar::{normalise_target, Target};
 use crate::backends::http::HttpConfig;
 use crate::backends::net::grammar::{normalise, Destination};
 use crate::gateway::body::{Direction, ProxyBody};
-use crate::gateway::decide::{Allowed, Denial};
+use crate::gateway::decide::{approval_binding, Allowed, Denial};
 use crate::gateway::proxy::{refusal_response, strip_hop_by_hop};
 use crate::gateway::refusal::{Code, Refusal};
 use crate::gateway::traffic::{Conn, Cut};
 use crate::gateway::Gateway;
-use crate::policy::{admit, PolicyDecision};
+use crate::grant::{self, Ask, Door};
 use crate::store::runs::RunRecord;
 use crate::store::writer::AppendAudit;
 use http_body_util::BodyExt;
+use hyper::body::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response};
@@ -49,10 +50,40 @@ pub const MAX_SIGNED_BODY: usize = 16 << 20;
 pub const SIGNED_BODIES_MIB: usize = 256;
 /// …and of one run.
 pub const SIGNED_BODIES_MIB_PER_RUN: usize = 64;
-/// How long a body to be signed may take to arrive.
+/// How long a body read whole may take to arrive.
 const SIGNED_BODY_SECS: u64 = 60;
 
 type Sender = hyper::client::conn::http1::SendRequest<ProxyBody>;
+
+/// The memory a body read whole holds while it is sent: the run's share and
+/// the gateway's.
+type Budget = (
+    tokio::sync::OwnedSemaphorePermit,
+    tokio::sync::OwnedSemaphorePermit,
+);
+
+/// A request body: still streaming from the tool, or read whole.
+enum Body {
+    Stream(Incoming),
+    Read((Bytes, Budget)),
+}
+
+impl Body {
+    fn into_stream(self) -> Result<Incoming, Refusal> {
+        match self {
+            Body::Stream(b) => Ok(b),
+            Body::Read(_) => Err(Refusal::new(Code::InvalidDestination, "the body was read")),
+        }
+    }
+
+    /// What was read of it (nothing while it streams).
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Body::Read((b, _)) => b,
+            Body::Stream(_) => &[],
+        }
+    }
+}
 
 /// One intercepted connection.
 struct Intercepted {
@@ -246,16 +277,10 @@ impl Intercepted {
     /// The `egress.request` row of `method` on `path` (the query redacted
     /// unless the rule logs it).
     fn audit(&self, method: &str, path: &str, raw_query: Option<&str>) -> AuditEvent {
-        let mut ev = AuditEvent::new(
-            events::EGRESS_REQUEST,
-            format!("run:{}", self.run.id),
-            "allow",
-        );
-        ev.run_id = Some(self.run.id.clone());
-        ev.user = Some(self.run.user.clone());
-        ev.task_id = Some(self.run.task_id.clone());
-        ev.action = Some(method.chars().take(16).collect());
-        ev.resource = Some(format!("{}:{}", self.rule_name, path));
+        let method: String = method.chars().take(16).collect();
+        let resource = format!("{}:{}", self.rule_name, path);
+        let mut ev =
+            grant::event::for_run(&self.run, Door::Request.allowed_event(), &method, &resource);
         let query = match (raw_query, self.rule.log_query) {
             (None, _) => String::new(),
             (Some(q), true) => format!(" query={}", q.chars().take(512).collect::<String>()),
@@ -364,8 +389,54 @@ impl Intercepted {
     /// Refuses a request: audited as `egress.denied` (rate-charged), the run
     /// ended when the denial says so.
     async fn refuse(&self, audit: AuditEvent, denial: Denial, refusal: Refusal) -> Refusal {
-        self.gw.refuse(&self.run, audit, denial).await;
+        self.gw
+            .refuse(Door::Request, &self.run, audit, denial)
+            .await;
         refusal
+    }
+
+    /// Reads a request body whole (one to be signed, or one an approval is
+    /// bound to): at most [`MAX_SIGNED_BODY`], within the run's and the
+    /// gateway's share of memory for bodies, in [`SIGNED_BODY_SECS`].
+    async fn read_body(&self, body: Incoming) -> Result<(Bytes, Budget), Refusal> {
+        use hyper::body::Body as _;
+        let mib = body
+            .size_hint()
+            .exact()
+            .map_or(MAX_SIGNED_BODY >> 20, |n| (n as usize).div_ceil(1 << 20))
+            .max(1);
+        let too_large = || {
+            Refusal::new(
+                Code::LimitReached,
+                format!("a request body read whole is at most {MAX_SIGNED_BODY} bytes"),
+            )
+        };
+        if mib > MAX_SIGNED_BODY >> 20 {
+            return Err(too_large());
+        }
+        let busy = || Refusal::new(Code::LimitReached, "too many bodies being read at once");
+        let wait = Instant::now() + Duration::from_secs(SIGNED_BODY_SECS);
+        let run_share = self
+            .session
+            .signed_bodies
+            .clone()
+            .acquire_many_owned(mib as u32);
+        let run_share = tokio::time::timeout_at(wait, run_share)
+            .await
+            .map_err(|_| busy())?
+            .map_err(|_| busy())?;
+        let all = self.gw.signed_bodies.clone().acquire_many_owned(mib as u32);
+        let all = tokio::time::timeout_at(wait, all)
+            .await
+            .map_err(|_| busy())?
+            .map_err(|_| busy())?;
+        let limited = http_body_util::Limited::new(body, MAX_SIGNED_BODY);
+        let bytes = tokio::time::timeout_at(wait.min(self.deadline), limited.collect())
+            .await
+            .map_err(|_| Refusal::new(Code::LimitReached, "the request body took too long"))?
+            .map_err(|_| too_large())?
+            .to_bytes();
+        Ok((bytes, (run_share, all)))
     }
 
     async fn exchange(
@@ -449,77 +520,63 @@ impl Intercepted {
         }
 
         let app = &self.gw.app;
-        let policy = app.policy();
         let resource = format!("{}:{}", self.rule_name, target.decided);
-        let res = match admit::check_capability(&policy, &app.config.backends, &method, &resource) {
-            Ok(res) => res,
-            Err(r) => {
-                let denial = Denial {
-                    reason: "invalid_request".into(),
-                    detail: Some(format!("why={}", r.code.as_str())),
-                    metric: "invalid",
-                    end_run: false,
-                };
-                let r = Refusal::new(
-                    Code::InvalidDestination,
-                    format!("{}: {}", r.code.as_str(), r.message),
-                );
-                return Err(self.refuse(audit, denial, r).await);
-            }
-        };
         let arguments =
             serde_json::json!({ "host": self.host, "query": target.query, "headers": headers });
         let invalid = |m: &str| Refusal::new(Code::InvalidDestination, m.to_owned());
-        let now = app.clock.now();
-        let request = crate::reauthorize::policy_request(
-            &self.run,
-            &method,
-            &res,
-            None,
-            now,
-            Some(&arguments),
-        );
-        let (policies, constraints) = match policy.decide(&request) {
-            PolicyDecision::Deny { rule, policies, .. } => {
-                let denial = Denial {
-                    reason: rule.reason().to_owned(),
-                    detail: Some(format!("policies={}", policies.join(","))),
-                    metric: "policy",
-                    end_run: self.gw.config.end_run_on_deny || policy.ends_run_on_deny(&policies),
-                };
-                let r = Refusal::new(
-                    Code::RequestDenied,
-                    format!("policy does not permit {method} {}", target.decided),
-                );
-                return Err(self.refuse(audit, denial, r).await);
-            }
-            PolicyDecision::Allow {
-                policies,
-                constraints,
-            } => (policies, constraints),
+        let ask = Ask {
+            door: Door::Request,
+            run: &self.run,
+            action: &method,
+            resource: &resource,
+            requested_ttl: None,
+            arguments: Some(&arguments),
+            request_id: None,
+            detail: audit.detail.clone(),
+            end_run_on_deny: self.gw.config.end_run_on_deny,
         };
-        if constraints.approval.is_some() {
-            let denial = Denial {
-                reason: "approval_required".into(),
-                detail: Some(format!("policies={}", policies.join(","))),
-                metric: "policy",
-                end_run: false,
-            };
-            let r = Refusal::new(
-                Code::RequestDenied,
-                "this request needs a human approval, which the gateway cannot wait for: ask for a capability",
-            );
-            return Err(self.refuse(audit, denial, r).await);
+        let denied = || format!("policy does not permit {method} {}", target.decided);
+        let decided = grant::decide(app, ask)
+            .await
+            .map_err(|r| self.gw.refused(&self.run, r, Code::RequestDenied, denied))?;
+        // A gated request is bound to its body too: it is read (bounded) first.
+        let mut body = Body::Stream(body);
+        if decided.constraints.approval.is_some() {
+            body = Body::Read(self.read_body(body.into_stream()?).await?);
         }
-        let mut audit = audit;
+        let binding = approval_binding(
+            &method,
+            &resource,
+            (
+                &method,
+                &self.dest.path(),
+                &target.decided,
+                target.raw_query.as_deref().unwrap_or(""),
+            ),
+            body.bytes(),
+        );
+        let mut permit = decided
+            .gate(app, binding, None)
+            .await
+            .map_err(|r| self.gw.refused(&self.run, r, Code::RequestDenied, denied))?;
+        let mut audit = permit.decided.audit.clone();
         audit.detail = Some(format!(
             "{} policies={}",
             audit.detail.unwrap_or_default(),
-            policies.join(",")
+            permit.decided.policies.join(",")
         ));
-        self.gw
-            .record_allowed(&self.run, audit.clone(), constraints.rate.as_ref())
-            .await?;
+        permit.decided.audit = audit.clone();
+        let redeemed = permit.redeemed.as_ref().map(|r| r.approval.clone());
+        permit
+            .record(app)
+            .await
+            .map_err(|r| self.gw.refused(&self.run, r, Code::RequestDenied, denied))?;
+        if let Some(id) = redeemed {
+            audit.detail = Some(format!(
+                "{} approval={id}",
+                audit.detail.unwrap_or_default()
+            ));
+        }
         app.metrics.egress("allow", "request");
 
         // Decided and recorded: now the request as it will be sent.
@@ -539,100 +596,68 @@ impl Intercepted {
         let url = format!("https://{authority}{}", target.forward);
         let tally = Arc::new(Tally::new(self.gw.clone(), audit));
         let signed = matches!(self.rule.auth, crate::backends::http::Auth::SigV4 { .. });
-        let mut _budget = None;
-        let body = if signed {
-            use hyper::body::Body as _;
-            let mib = body
-                .size_hint()
-                .exact()
-                .map_or(MAX_SIGNED_BODY >> 20, |n| (n as usize).div_ceil(1 << 20));
-            if mib > MAX_SIGNED_BODY >> 20 {
-                return Err(Refusal::new(
-                    Code::LimitReached,
-                    format!("a signed request's body is at most {MAX_SIGNED_BODY} bytes"),
-                ));
+        if signed {
+            if let Body::Stream(_) = body {
+                body = Body::Read(self.read_body(body.into_stream()?).await?);
             }
-            let busy = || Refusal::new(Code::LimitReached, "too many signed uploads at once");
-            let wait = Instant::now() + Duration::from_secs(SIGNED_BODY_SECS);
-            let run_share = self
-                .session
-                .signed_bodies
-                .clone()
-                .acquire_many_owned(mib as u32);
-            let run_share = tokio::time::timeout_at(wait, run_share)
-                .await
-                .map_err(|_| busy())?
-                .map_err(|_| busy())?;
-            let all = self.gw.signed_bodies.clone().acquire_many_owned(mib as u32);
-            let all = tokio::time::timeout_at(wait, all)
-                .await
-                .map_err(|_| busy())?
-                .map_err(|_| busy())?;
-            _budget = Some((run_share, all));
-            let limited = http_body_util::Limited::new(body, MAX_SIGNED_BODY);
-            let bytes = tokio::time::timeout_at(wait.min(self.deadline), limited.collect())
-                .await
-                .map_err(|_| Refusal::new(Code::LimitReached, "the request body took too long"))?
-                .map_err(|_| {
-                    Refusal::new(
+        }
+        let out_body = match body {
+            Body::Read((bytes, _budget)) => {
+                if !self.conn.add_up(bytes.len()) {
+                    self.conn.cut(Cut::ByteLimit);
+                    return Err(Refusal::new(
                         Code::LimitReached,
-                        format!("a signed request's body is at most {MAX_SIGNED_BODY} bytes"),
-                    )
-                })?
-                .to_bytes();
-            if !self.conn.add_up(bytes.len()) {
-                self.conn.cut(Cut::ByteLimit);
-                return Err(Refusal::new(
-                    Code::LimitReached,
-                    "the run has used its byte allowance",
-                ));
+                        "the run has used its byte allowance",
+                    ));
+                }
+                tally.up.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                parts.headers.remove(header::TRANSFER_ENCODING);
+                parts
+                    .headers
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                let out = Outgoing {
+                    method: &method,
+                    url: &url,
+                    decided_path: &target.decided,
+                    body: signed.then_some(&bytes),
+                };
+                credential::inject(
+                    &self.gw,
+                    &self.session,
+                    &self.run,
+                    &self.rule,
+                    out,
+                    &mut parts.headers,
+                )
+                .await?;
+                ProxyBody::text(bytes)
             }
-            tally.up.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            parts.headers.remove(header::TRANSFER_ENCODING);
-            parts
-                .headers
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-            let out = Outgoing {
-                method: &method,
-                url: &url,
-                decided_path: &target.decided,
-                body: Some(&bytes),
-            };
-            credential::inject(
-                &self.gw,
-                &self.session,
-                &self.run,
-                &self.rule,
-                out,
-                &mut parts.headers,
-            )
-            .await?;
-            ProxyBody::text(bytes)
-        } else {
-            let out = Outgoing {
-                method: &method,
-                url: &url,
-                decided_path: &target.decided,
-                body: None,
-            };
-            credential::inject(
-                &self.gw,
-                &self.session,
-                &self.run,
-                &self.rule,
-                out,
-                &mut parts.headers,
-            )
-            .await?;
-            ProxyBody::Relayed {
-                inner: body,
-                conn: self.conn.clone(),
-                direction: Direction::Up,
-                deadline: self.deadline,
-                tally: Some(tally.clone()),
+            Body::Stream(inner) => {
+                let out = Outgoing {
+                    method: &method,
+                    url: &url,
+                    decided_path: &target.decided,
+                    body: None,
+                };
+                credential::inject(
+                    &self.gw,
+                    &self.session,
+                    &self.run,
+                    &self.rule,
+                    out,
+                    &mut parts.headers,
+                )
+                .await?;
+                ProxyBody::Relayed {
+                    inner,
+                    conn: self.conn.clone(),
+                    direction: Direction::Up,
+                    deadline: self.deadline,
+                    tally: Some(tally.clone()),
+                }
             }
         };
-        let upstream_req = Request::from_parts(parts, body);
+        let upstream_req = Request::from_parts(parts, out_body);
         let resp = self.send(upstream_req).await?;
         let (mut parts, body) = resp.into_parts();
         tally.status.store(parts.status.as_u16(), Ordering::Relaxed);

@@ -28,3 +28,18 @@ pub async fn audit_rows(app: &TestApp, run_id: &str, event: &str, at_least: usiz
     }
     panic!("fewer than {at_least} {event} rows for run {run_id}");
 }
+
+/// An approver key for `user` (a release manager in the test entities), made
+/// by the administrator.
+pub async fn approver_key(app: &TestApp, user: &str) -> String {
+    let resp = app
+        .post(
+            "/v1/admin/approvers",
+            Some(&app.admin_token),
+            serde_json::json!({"name": format!("{user}-key"), "user": user}),
+        )
+        .await;
+    assert_eq!(resp.status(), 201);
+    let v: Value = resp.json().await.unwrap();
+    v["key"].as_str().unwrap().to_owned()
+}

@@ -59,8 +59,8 @@ pub fn mismatched_claims(
 }
 
 /// The request `run` puts to policy for `action` on `res`: the one way it is
-/// built, at issuance (`api/capabilities.rs`) and at re-authorization, so both
-/// decide the same request.
+/// built, at every door ([`crate::grant::decide`]) and at re-authorization, so
+/// all decide the same request.
 pub fn policy_request<'a>(
     run: &'a RunRecord,
     action: &'a str,
