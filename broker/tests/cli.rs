@@ -2422,6 +2422,108 @@ async fn exec_egress_goes_through_the_gateway_and_isolate_net_leaves_no_other_wa
     );
 }
 
+/// `exec --egress` when the gateway holds a connection for an approval: the
+/// relay says so on stderr, waits (`--approval-wait`) while an approver key
+/// approves it, then sends the identical request again, which passes once; the
+/// command only ever sees the answer to the request that passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_egress_shows_and_waits_for_a_gateway_approval() {
+    let (up_port, connections) = hello_server();
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", tessera_broker::ids::new_id()));
+    let policy = dir.join("policy");
+    std::fs::create_dir_all(&policy).unwrap();
+    for entry in std::fs::read_dir(policy_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, policy.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(
+        policy.join("egress-gated.cedar"),
+        format!(
+            "@id(\"egress-test-gated\")\n@approval(\"group:release-managers\")\n\
+             @allow_addresses(\"127.0.0.0/8\")\n\
+             permit (principal == Tessera::User::\"alice\", action == Tessera::Action::\"connect\", resource)\n\
+             when {{ resource.kind == \"net\" && resource.path == \"127.0.0.1:{up_port}\" }};\n"
+        ),
+    )
+    .unwrap();
+    let gateway = format!("127.0.0.1:{}", free_port());
+    let config = format!("[backends.net]\nkind = \"net\"\n\n[gateway]\nlisten = \"{gateway}\"\n");
+    let broker = start_dev_broker_policy(dir.clone(), Some(&config), &[], &policy).await;
+    let (_, token_file) = sandbox_run(&broker).await;
+    let made: Value = serde_json::from_str(&stdout_of(&cli(
+        &broker,
+        &[
+            "approvers",
+            "create",
+            "erin-laptop",
+            "--user",
+            "erin",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    let key = made["key"].as_str().unwrap().to_owned();
+
+    let exec = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--egress", &gateway, "--approval-wait", "60s", "--"])
+        .args(["curl", "-sS", "--max-time", "90"])
+        .arg(format!("http://127.0.0.1:{up_port}/gated"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    for _ in 0..200 {
+        let v: Value =
+            serde_json::from_str(&stdout_of(&cli(&broker, &["approvals", "list", "--json"])))
+                .unwrap();
+        if let Some(a) = v["approvals"].as_array().and_then(|a| a.first()) {
+            id = a["approval_id"].as_str().unwrap().to_owned();
+            assert_eq!(a["action"], "connect", "{a}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!id.is_empty(), "the gateway opened no approval");
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/approvals/{id}/approve", broker.addr))
+        .bearer_auth(&key)
+        .json(&json!({"comment": "one fetch"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let out = exec.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout} {stderr}");
+    assert_eq!(stdout.trim(), "hello /gated", "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "holds GET http://127.0.0.1:{up_port}/gated for approval {id}"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("is approved"), "{stderr}");
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    // Without waiting (0s) the command gets the refusal with the approval named.
+    let out = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--egress", &gateway, "--approval-wait", "0s", "--"])
+        .args(["curl", "-sS", "-D", "-", "-o", "/dev/null"])
+        .arg(format!("http://127.0.0.1:{up_port}/gated"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(stdout.starts_with("http/1.1 403"), "{stdout}");
+    assert!(stdout.contains("tessera-approval-id: "), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("for approval"));
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 /// The credential-injection example (`examples/injection/`) as shipped: its
 /// configuration and policy load, `exec --egress` gives the command the run's CA
 /// bundle and the placeholder in `GITHUB_TOKEN`, and the token the broker holds

@@ -103,6 +103,17 @@ fn is_loopback(gateway: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// What the relay does when the gateway holds a request for a human approval
+/// (`403 approval_pending`, `Tessera-Approval-Id`): it says so on stderr and,
+/// for a request it can send again whole (a `CONNECT`, a request without a
+/// body), waits up to `wait` for the decision (`--approval-wait`) and, once
+/// approved, sends the identical request again, which then passes once.
+#[derive(Clone)]
+pub struct Approvals {
+    pub client: tessera_client::Client,
+    pub wait: Duration,
+}
+
 /// Starts the relay to `gateway` (`HOST:PORT`), presenting `authorization`
 /// there for every request. A gateway off this machine is refused unless
 /// `insecure` (`TESSERA_INSECURE_HTTP=1`): the run token would cross in clear.
@@ -111,6 +122,7 @@ pub fn start(
     authorization: SecretString,
     isolate: bool,
     insecure: bool,
+    approvals: Approvals,
 ) -> Result<Egress, String> {
     if !is_loopback(gateway) && !insecure {
         return Err(format!(
@@ -145,7 +157,7 @@ pub fn start(
     );
     let gateway = gateway.to_owned();
     let task = tokio::spawn(async move {
-        let shared = std::sync::Arc::new((gateway, authorization, expected));
+        let shared = std::sync::Arc::new((gateway, authorization, expected, approvals));
         let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
             let Ok((client, _)) = listener.accept().await else {
@@ -157,8 +169,8 @@ pub fn start(
             };
             let shared = shared.clone();
             tokio::spawn(async move {
-                let (gateway, authorization, expected) = &*shared;
-                let _ = relay(client, gateway, authorization, expected).await;
+                let (gateway, authorization, expected, approvals) = &*shared;
+                let _ = relay(client, gateway, authorization, expected, approvals).await;
                 drop(slot);
             });
         }
@@ -187,6 +199,7 @@ async fn relay(
     gateway: &str,
     authorization: &SecretString,
     expected: &SecretString,
+    approvals: &Approvals,
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(4096);
     let head_end = tokio::time::timeout(Duration::from_secs(30), async {
@@ -224,6 +237,7 @@ async fn relay(
     let request_line = lines.next().unwrap_or_default().to_owned();
     let is_connect = request_line.starts_with("CONNECT ");
     let mut authorized = false;
+    let mut has_body = false;
     let mut out = format!("{request_line}\r\n");
     for line in lines.filter(|l| !l.is_empty()) {
         let name = line
@@ -232,6 +246,10 @@ async fn relay(
             .unwrap_or_default()
             .trim()
             .to_ascii_lowercase();
+        let value = line.split_once(':').map_or("", |(_, v)| v.trim());
+        if name == "transfer-encoding" || (name == "content-length" && value != "0") {
+            has_body = true;
+        }
         match name.as_str() {
             "proxy-authorization" => {
                 authorized = is_ours(line.split_once(':').map_or("", |(_, v)| v), expected);
@@ -262,12 +280,92 @@ async fn relay(
         out.push_str("Connection: close\r\n");
     }
     out.push_str("\r\n");
-    let mut upstream = TcpStream::connect(gateway).await?;
-    upstream.set_nodelay(true)?;
-    upstream.write_all(out.as_bytes()).await?;
-    upstream.write_all(&buf[head_end..]).await?;
-    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
-    Ok(())
+    let rest = &buf[head_end..];
+    // A request the relay holds whole can be sent again once approved.
+    let whole = rest.is_empty() && (is_connect || !has_body);
+    let what = request_line
+        .rsplit_once(' ')
+        .map_or(request_line.as_str(), |(w, _)| w);
+    let mut waited = false;
+    loop {
+        let mut upstream = TcpStream::connect(gateway).await?;
+        upstream.set_nodelay(true)?;
+        upstream.write_all(out.as_bytes()).await?;
+        upstream.write_all(rest).await?;
+        let (answer, pending) = read_answer(&mut upstream).await?;
+        if let Some(id) = &pending {
+            eprintln!("tessera: the gateway holds {what} for approval {id}");
+            if whole && !waited && !approvals.wait.is_zero() {
+                waited = true;
+                if wait_for(approvals, id).await {
+                    continue;
+                }
+            }
+        }
+        client.write_all(&answer).await?;
+        tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+        return Ok(());
+    }
+}
+
+/// Reads the gateway's answer head (and what came with it), with no deadline
+/// of its own (the gateway bounds how long an upstream may take); the approval
+/// it names when it is a `403` holding the request for one. A head longer than
+/// [`MAX_HEAD`] is passed on unread.
+async fn read_answer(upstream: &mut TcpStream) -> std::io::Result<(Vec<u8>, Option<String>)> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let mut scanned = 0;
+    let end = loop {
+        if let Some(i) = buf[scanned..].windows(4).position(|w| w == b"\r\n\r\n") {
+            break scanned + i + 4;
+        }
+        scanned = buf.len().saturating_sub(3);
+        if buf.len() > MAX_HEAD {
+            return Ok((buf, None));
+        }
+        let n = upstream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok((buf, None));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]);
+    let mut lines = head.split("\r\n");
+    let refused = lines
+        .next()
+        .is_some_and(|l| l.split(' ').nth(1) == Some("403"));
+    let id = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("tessera-approval-id"))
+        .map(|(_, v)| v.trim().to_owned())
+        .filter(|v| v.len() == 36 && v.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-'));
+    Ok((buf, id.filter(|_| refused)))
+}
+
+/// Waits for approval `id`, saying on stderr how it stands; whether it was approved.
+async fn wait_for(approvals: &Approvals, id: &str) -> bool {
+    let say = |a: &tessera_client::types::Approval| {
+        eprintln!(
+            "tessera: approval {} for {} on {} is {} (expires {})",
+            a.approval_id,
+            a.action,
+            a.resource,
+            a.status.as_str(),
+            a.expires_at
+        );
+    };
+    match approvals
+        .client
+        .wait_for_approval(id, approvals.wait, Some(&say))
+        .await
+    {
+        Ok(a) => a.status == tessera_client::types::ApprovalStatus::Approved,
+        Err(e) => {
+            eprintln!("tessera: cannot wait for approval {id}: {e}");
+            false
+        }
+    }
 }
 
 #[cfg(test)]

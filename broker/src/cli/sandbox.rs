@@ -72,6 +72,9 @@ pub struct ExecArgs {
     pub arguments: Option<String>,
     /// When a grant needs a human approval, wait up to this long for it
     /// (the status is printed on stderr), then run the command; 0s: do not wait.
+    /// With --egress, also how long the relay waits when the gateway holds a
+    /// connection or a request without a body for an approval, before it sends
+    /// it again (approved) or hands the command the refusal.
     #[arg(long, value_name = "DURATION", default_value = "15m")]
     pub approval_wait: String,
     /// Run the command as this user (name or uid; exec must be root): the
@@ -370,6 +373,13 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     let insecure = parent
         .get("TESSERA_INSECURE_HTTP")
         .is_some_and(|v| v == "1");
+    let approval_wait = match crate::grammar::parse_duration(&args.approval_wait) {
+        Ok(w) => w,
+        Err(e) => {
+            let why = format!("--approval-wait: {e}");
+            return not_started(&client, &held, EXIT_TESSERA, &why).await;
+        }
+    };
     let egress = args
         .egress
         .as_deref()
@@ -379,6 +389,10 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
                 client.proxy_authorization(),
                 args.isolate_net,
                 insecure,
+                super::egress::Approvals {
+                    client: client.clone(),
+                    wait: approval_wait,
+                },
             )
         })
         .transpose();

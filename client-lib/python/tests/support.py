@@ -28,6 +28,13 @@ SDK_POLICY = r"""
 permit (principal in Tessera::Group::"analysts", action == Tessera::Action::"s3:GetObject", resource)
 when { resource.backend == "aws-main" && resource.path like "arn:aws:s3:::tessera-reports/reports/*" };
 
+// Connections to 127.0.0.4 need a release manager's approval each.
+@id("sdk-test-egress-gated")
+@approval("group:release-managers")
+@allow_addresses("127.0.0.0/8")
+permit (principal in Tessera::Group::"analysts", action == Tessera::Action::"connect", resource)
+when { resource.kind == "net" && resource.path like "127.0.0.4:*" };
+
 @id("sdk-test-egress-loopback")
 @allow_addresses("127.0.0.0/8")
 permit (principal in Tessera::Group::"analysts", action == Tessera::Action::"connect", resource)
@@ -261,7 +268,10 @@ class Recorder:
     with what ``respond`` says (status, headers, body)."""
 
     def __init__(
-        self, respond: Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]], port: int = 0
+        self,
+        respond: Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]],
+        port: int = 0,
+        host: str = "127.0.0.1",
     ) -> None:
         self.requests: list[dict[str, Any]] = []
         recorder = self
@@ -290,9 +300,9 @@ class Recorder:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.port = int(self.server.server_address[1])
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

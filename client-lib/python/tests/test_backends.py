@@ -126,6 +126,59 @@ def test_http_client_goes_through_the_gateway(broker: Broker, run: tessera.Run) 
         server.close()
 
 
+def test_a_gated_destination_waits_for_its_approval_and_passes_once(broker: Broker, run: tessera.Run) -> None:
+    """@approval at the gateway: 403 approval_pending with Tessera-Approval-Id;
+    the session waits for the decision and sends the identical request once more;
+    the next request asks anew."""
+    import json
+    import threading
+
+    import httpx
+
+    assert broker.gateway
+    server = Recorder(lambda h: (200, {"content-type": "text/plain"}, b"deployed"), host="127.0.0.4")
+    key = json.loads(broker.cli("approvers", "create", f"erin-{secrets.token_hex(3)}", "--user", "erin", "--json"))[
+        "key"
+    ]
+    try:
+        tool = run.tool()
+        plain = tool.requests_session(gateway=broker.gateway)
+        held = plain.post(f"{server.url}/deploy", data=b"web@4f2a9c1", timeout=10)
+        first = tessera.gateway_approval(held)
+        assert held.status_code == 403 and held.json()["error"]["code"] == "approval_pending" and first
+        assert server.requests == []
+        approval = tool.approval(first)
+        assert approval["status"] == "pending" and approval["action"] == "connect"
+        assert approval["resource"] == f"net:127.0.0.4:{server.port}"
+
+        def approve() -> None:
+            r = httpx.post(
+                f"{broker.addr}/v1/approvals/{first}/approve",
+                json={"comment": "sdk gateway test"},
+                headers={"Authorization": f"Bearer {key}"},
+                trust_env=False,
+            )
+            assert r.status_code == 200, r.text
+
+        seen: list[str] = []
+        waiting = tool.requests_session(
+            gateway=broker.gateway, wait_for_approval=30, on_approval=lambda a: seen.append(a["status"])
+        )
+        t = threading.Timer(1.0, approve)
+        t.start()
+        passed = waiting.post(f"{server.url}/deploy", data=b"web@4f2a9c1", timeout=40)
+        t.join()
+        assert passed.status_code == 200 and passed.text == "deployed", passed.text
+        assert seen == ["pending", "approved"], seen
+        assert [r["body"] for r in server.requests] == [b"web@4f2a9c1"]
+        again = plain.post(f"{server.url}/deploy", data=b"web@4f2a9c1", timeout=10)
+        second = tessera.gateway_approval(again)
+        assert again.status_code == 403 and second and second != first
+        assert len(server.requests) == 1
+    finally:
+        server.close()
+
+
 def test_gateway_session_gives_the_run_ca_and_placeholders(broker: Broker, run: tessera.Run) -> None:
     session = run.tool().gateway_session()
     assert session.ca_pem.startswith("-----BEGIN CERTIFICATE-----")

@@ -16,6 +16,7 @@ Tool side (in the sandbox): ``tessera.Tool()`` reads ``TESSERA_ADDR`` and
 __version__ = "0.1.0"
 
 from ._config import RetryPolicy
+from ._approval import gateway_approval
 from ._secret import Secret
 from .auth import AccessTokenAuth
 from .dpop import DPoPKey
@@ -44,6 +45,7 @@ from .runtime import AsyncRun, AsyncRuntime, Run, Runtime, run
 from .tool import AsyncTool, Tool
 
 __all__ = [
+    "gateway_approval",
     "AccessToken",
     "AccessTokenAuth",
     "ApprovalRequired",

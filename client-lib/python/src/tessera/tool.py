@@ -342,11 +342,39 @@ class Tool(_ToolConfig):
         proxy = self._proxy(gateway)
         return httpx.Client(proxy=proxy, trust_env=False, **kwargs)
 
-    def requests_session(self, gateway: str | None = None) -> "requests.Session":
-        """A ``requests.Session`` through the egress gateway (needs ``requests``)."""
+    def requests_session(
+        self,
+        gateway: str | None = None,
+        *,
+        wait_for_approval: float | None = None,
+        on_approval: Callable[[dict[str, Any]], None] | None = None,
+    ) -> "requests.Session":
+        """A ``requests.Session`` through the egress gateway (needs ``requests``).
+        A request a permit with ``@approval`` covers is answered ``403
+        approval_pending`` with the approval in ``Tessera-Approval-Id``
+        (:func:`tessera.gateway_approval`); with ``wait_for_approval`` (seconds)
+        the session waits for the decision (``on_approval`` hears each status) and,
+        once approved, sends the identical request again, which then passes once."""
         from ._gateway import requests_session
 
-        return requests_session(self._gateway_url(gateway), self._ops.token, self._session_or_none())
+        wait = None
+        if wait_for_approval is not None:
+            limit = float(wait_for_approval)
+
+            def wait(approval_id: str) -> dict[str, Any]:
+                return self.wait_for_approval(approval_id, limit, on_approval)
+
+        return requests_session(self._gateway_url(gateway), self._ops.token, self._session_or_none(), wait)
+
+    def wait_for_approval(
+        self,
+        approval_id: str,
+        limit: float,
+        on_status: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Waits up to ``limit`` seconds for an approval of this run to be decided
+        (``on_status`` hears each status) and returns it."""
+        return self._driver.run(self._ops.wait_for_approval(approval_id, limit, on_status))
 
 
 class AsyncTool(_ToolConfig):
