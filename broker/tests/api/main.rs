@@ -18,6 +18,7 @@ mod crash_revocation;
 mod db_contained;
 mod db_mysql;
 mod db_postgres;
+mod doors;
 mod edge;
 mod exchange;
 mod gateway;
