@@ -2518,9 +2518,41 @@ async fn exec_egress_shows_and_waits_for_a_gateway_approval() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
-    assert!(stdout.starts_with("http/1.1 403"), "{stdout}");
+    assert!(
+        stdout.starts_with("http/1.1 403"),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("tessera-approval-id: "), "{stdout}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("for approval"));
+    // A body that is still coming flows while the relay reads the answer: a
+    // gated upload is answered (once the gateway read it), not left hanging.
+    let upload = dir.join("upload.bin");
+    std::fs::write(&upload, vec![b'x'; 256 * 1024]).unwrap();
+    let out = sandbox_cmd(&broker, &token_file)
+        .args(["exec", "--egress", &gateway, "--approval-wait", "60s", "--"])
+        .args([
+            "curl",
+            "-sS",
+            "--max-time",
+            "30",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg("--data-binary")
+        .arg(format!("@{}", upload.display()))
+        .arg(format!("http://127.0.0.1:{up_port}/upload"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "403", "{stderr}");
+    assert!(stderr.contains("holds POST http://127.0.0.1:"), "{stderr}");
+    assert!(
+        !stderr.contains("is approved"),
+        "an upload is not resent: {stderr}"
+    );
     assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 

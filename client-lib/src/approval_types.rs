@@ -160,7 +160,8 @@ pub struct Approval {
     /// RFC 3339 UTC time, or null.
     #[cfg_attr(feature = "openapi", schema(required = true, format = DateTime))]
     pub decided_at: Option<String>,
-    /// The capability it was redeemed for, or null.
+    /// What it was redeemed for, or null: the capability, or, for a request at
+    /// the egress gateway, the `request_id` (`req_…`) of the decision's audit row.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub capability_id: Option<String>,
 }

@@ -298,7 +298,10 @@ fn show(remote: &Remote, a: &Approval) {
                 .unwrap_or_default()
         );
     }
-    if let Some(cap) = &a.capability_id {
-        println!("redeemed  capability {cap}");
+    match a.capability_id.as_deref() {
+        // A gateway request redeems an approval as its audit row's request id.
+        Some(id) if id.starts_with("req_") => println!("redeemed  by the gateway request {id}"),
+        Some(cap) => println!("redeemed  capability {cap}"),
+        None => {}
     }
 }

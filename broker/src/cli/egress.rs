@@ -281,21 +281,49 @@ async fn relay(
     }
     out.push_str("\r\n");
     let rest = &buf[head_end..];
-    // A request the relay holds whole can be sent again once approved.
-    let whole = rest.is_empty() && (is_connect || !has_body);
+    // The request line without its version, and without a query (which may
+    // carry what the command would not print).
     let what = request_line
         .rsplit_once(' ')
         .map_or(request_line.as_str(), |(w, _)| w);
+    let what = what.split('?').next().unwrap_or(what);
+    if !(rest.is_empty() && (is_connect || !has_body)) {
+        // A body still coming: it flows while the answer is read, so the
+        // approval can be shown but the request is not the relay's to resend.
+        let mut upstream = TcpStream::connect(gateway).await?;
+        upstream.set_nodelay(true)?;
+        upstream.write_all(out.as_bytes()).await?;
+        upstream.write_all(rest).await?;
+        let (mut from_client, mut to_client) = client.into_split();
+        let (mut from_gateway, mut to_gateway) = upstream.into_split();
+        let up = async {
+            let copied = tokio::io::copy(&mut from_client, &mut to_gateway).await;
+            let _ = to_gateway.shutdown().await;
+            copied
+        };
+        let down = async {
+            let (answer, pending) = read_answer(&mut from_gateway).await?;
+            if let Some(id) = &pending {
+                eprintln!("tessera: the gateway holds {what} for approval {id}");
+            }
+            to_client.write_all(&answer).await?;
+            tokio::io::copy(&mut from_gateway, &mut to_client).await?;
+            to_client.shutdown().await
+        };
+        let (up, down) = tokio::join!(up, down);
+        up?;
+        return down;
+    }
+    // The whole request is here: once approved, it is sent again as it was.
     let mut waited = false;
     loop {
         let mut upstream = TcpStream::connect(gateway).await?;
         upstream.set_nodelay(true)?;
         upstream.write_all(out.as_bytes()).await?;
-        upstream.write_all(rest).await?;
         let (answer, pending) = read_answer(&mut upstream).await?;
         if let Some(id) = &pending {
             eprintln!("tessera: the gateway holds {what} for approval {id}");
-            if whole && !waited && !approvals.wait.is_zero() {
+            if !waited && !approvals.wait.is_zero() {
                 waited = true;
                 if wait_for(approvals, id).await {
                     continue;
@@ -312,7 +340,9 @@ async fn relay(
 /// of its own (the gateway bounds how long an upstream may take); the approval
 /// it names when it is a `403` holding the request for one. A head longer than
 /// [`MAX_HEAD`] is passed on unread.
-async fn read_answer(upstream: &mut TcpStream) -> std::io::Result<(Vec<u8>, Option<String>)> {
+async fn read_answer(
+    upstream: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> std::io::Result<(Vec<u8>, Option<String>)> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let mut scanned = 0;

@@ -238,6 +238,16 @@ pub fn token(command: TokenCommand) -> ExitCode {
 /// The run token is read (from its file or descriptor) before the runtime
 /// starts, then every inherited descriptor above stderr is closed, the
 /// token's included, so the command inherits none of them.
+/// `--approval-wait`: a duration, or zero (`0`, `0s`, `0m`…) for not waiting,
+/// which the duration grammar (lifetimes, all positive) does not take.
+fn parse_approval_wait(text: &str) -> Result<std::time::Duration, String> {
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if !digits.is_empty() && digits.bytes().all(|b| b == b'0') {
+        return Ok(std::time::Duration::ZERO);
+    }
+    crate::grammar::parse_duration(text).map_err(|e| e.to_string())
+}
+
 pub fn exec(args: ExecArgs) -> ExitCode {
     warnings_to_stderr();
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
@@ -373,7 +383,7 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     let insecure = parent
         .get("TESSERA_INSECURE_HTTP")
         .is_some_and(|v| v == "1");
-    let approval_wait = match crate::grammar::parse_duration(&args.approval_wait) {
+    let approval_wait = match parse_approval_wait(&args.approval_wait) {
         Ok(w) => w,
         Err(e) => {
             let why = format!("--approval-wait: {e}");
@@ -513,7 +523,7 @@ async fn obtain(
         .map(serde_json::from_str)
         .transpose()
         .map_err(|e| Error::Config(format!("--arguments: not JSON: {e}")))?;
-    let wait = crate::grammar::parse_duration(&args.approval_wait)
+    let wait = parse_approval_wait(&args.approval_wait)
         .map_err(|e| Error::Config(format!("--approval-wait: {e}")))?;
     let status = |a: &tessera_client::types::Approval| {
         let rules: Vec<String> = a.approvers.iter().map(ToString::to_string).collect();

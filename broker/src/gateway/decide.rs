@@ -26,7 +26,7 @@ use crate::audit::AuditEvent;
 use crate::backends::net::cidr::Cidr;
 use crate::backends::net::grammar::{Destination, Host, CONNECT};
 use crate::grant::approval::Binding;
-use crate::grant::{self, record, ApprovalRefusal, Ask, Door, Refused};
+use crate::grant::{self, record, ApprovalRefusal, Ask, Decided, Door, Refused};
 use crate::store::runs::RunRecord;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -52,23 +52,53 @@ pub(crate) fn audit_for(run: &RunRecord, resource: &str) -> AuditEvent {
     grant::event::for_run(run, Door::Connect.allowed_event(), CONNECT, resource)
 }
 
-/// What a gateway approval is bound to: the method, `host:port`, path, query
-/// and the SHA-256 of the body (hex), and the body itself when it is short
-/// text an approver can read. A `CONNECT` has no path, query or body.
-pub(crate) fn approval_binding(
-    action: &str,
-    resource: &str,
-    (method, authority, path, query): (&str, &str, &str, &str),
-    body: &[u8],
-) -> Binding {
+/// A request as a gateway approval binds it.
+pub(crate) struct Bound<'a> {
+    pub method: &'a str,
+    /// `HOST:PORT`.
+    pub authority: &'a str,
+    pub path: &'a str,
+    /// The query as sent (empty: none), and whether the approval may show it
+    /// (a rule with `log_query = false` keeps it out of every record: it is
+    /// then bound by its SHA-256 and shown as `redacted`).
+    pub query: (&'a str, bool),
+    /// The headers policy reads (`name=value`).
+    pub headers: &'a [String],
+    pub body: &'a [u8],
+}
+
+impl Bound<'_> {
+    /// A `CONNECT` to `authority`: no path, query, headers or body.
+    pub fn connect(authority: &str) -> Bound<'_> {
+        Bound {
+            method: "CONNECT",
+            authority,
+            path: "",
+            query: ("", true),
+            headers: &[],
+            body: b"",
+        }
+    }
+}
+
+/// What a gateway approval is bound to: the method, `host:port`, path, query,
+/// the headers policy reads and the SHA-256 of the body (hex), and the body
+/// itself when it is short text an approver can read. Two requests that
+/// differ in any of these are two approvals.
+pub(crate) fn approval_binding(action: &str, resource: &str, req: &Bound<'_>) -> Binding {
+    let (query, shown) = req.query;
     let mut args = serde_json::json!({
-        "method": method,
-        "host": authority,
-        "path": path,
-        "query": query,
-        "body_sha256": crate::ids::sha256_hex(body),
+        "method": req.method,
+        "host": req.authority,
+        "path": req.path,
+        "query": if shown || query.is_empty() { query } else { "redacted" },
+        "headers": req.headers,
+        "body_sha256": crate::ids::sha256_hex(req.body),
     });
-    let readable = std::str::from_utf8(body)
+    if !shown && !query.is_empty() {
+        args["query_sha256"] = serde_json::Value::String(crate::ids::sha256_hex(query.as_bytes()));
+    }
+    let readable = std::str::from_utf8(req.body)
         .ok()
         .filter(|t| !t.is_empty() && t.len() <= MAX_SHOWN_BODY)
         .filter(|t| !t.chars().any(crate::names::misleads));
@@ -86,6 +116,10 @@ pub(crate) fn approval_binding(
 
 /// Longest body an approval shows as text (longer ones by their hash only).
 const MAX_SHOWN_BODY: usize = 4096;
+
+fn denied_to(dest: &Destination) -> String {
+    format!("policy does not permit connecting to {}", dest.path())
+}
 
 /// Whether `ip` is in one of `ranges`, directly or as the IPv4 address an IPv6
 /// form carries.
@@ -109,13 +143,24 @@ pub fn first_refused(addrs: &[IpAddr], opened_ranges: &[Cidr]) -> Option<(IpAddr
 }
 
 impl Gateway {
-    /// Decides and records one connection of `run` to `dest`.
+    /// Decides and records one `CONNECT` of `run` to `dest`.
     pub async fn admit(
         &self,
         run: &Arc<RunRecord>,
         dest: &Destination,
     ) -> Result<Allowed, Refusal> {
-        let app = &self.app;
+        let decided = self.decide_connect(run, dest).await?;
+        let authority = dest.path();
+        self.connect_decided(run, dest, decided, &Bound::connect(&authority))
+            .await
+    }
+
+    /// Steps 1–3 of a connection's decision: the decision layer's.
+    pub(crate) async fn decide_connect(
+        &self,
+        run: &Arc<RunRecord>,
+        dest: &Destination,
+    ) -> Result<Decided, Refusal> {
         let resource = self.resource(dest);
         let ask = Ask {
             door: Door::Connect,
@@ -128,11 +173,25 @@ impl Gateway {
             detail: None,
             end_run_on_deny: self.config.end_run_on_deny,
         };
-        let denied = || format!("policy does not permit connecting to {}", dest.path());
-        let decided = grant::decide(app, ask)
+        grant::decide(&self.app, ask)
             .await
-            .map_err(|r| self.refused(run, r, Code::DestinationDenied, denied))?;
-        let binding = approval_binding(CONNECT, &resource, ("CONNECT", &dest.path(), "", ""), b"");
+            .map_err(|r| self.refused(run, r, Code::DestinationDenied, || denied_to(dest)))
+    }
+
+    /// The rest of a connection's decision, for what policy allowed: the
+    /// approval gate (bound to `request`: the `CONNECT`, or the one
+    /// absolute-form request the connection carries), the addresses, the
+    /// limits, the record.
+    pub(crate) async fn connect_decided(
+        &self,
+        run: &Arc<RunRecord>,
+        dest: &Destination,
+        decided: Decided,
+        request: &Bound<'_>,
+    ) -> Result<Allowed, Refusal> {
+        let app = &self.app;
+        let denied = || denied_to(dest);
+        let binding = approval_binding(CONNECT, &self.resource(dest), request);
         let mut permit = decided
             .gate(app, binding, None)
             .await
@@ -379,43 +438,71 @@ mod tests {
         );
     }
 
+    fn bound<'a>(
+        method: &'a str,
+        authority: &'a str,
+        path: &'a str,
+        query: &'a str,
+        headers: &'a [String],
+        body: &'a [u8],
+    ) -> Bound<'a> {
+        Bound {
+            method,
+            authority,
+            path,
+            query: (query, true),
+            headers,
+            body,
+        }
+    }
+
+    fn arguments(b: &Bound<'_>) -> serde_json::Value {
+        let binding = approval_binding("POST", "api:/a", b);
+        serde_json::from_str(binding.arguments.as_deref().unwrap()).unwrap()
+    }
+
     #[test]
     fn an_approval_is_bound_to_every_part_of_the_request() {
-        let base = approval_binding("POST", "api:/a", ("POST", "h.test:443", "/a", "x=1"), b"{}");
+        let json = ["content-type=application/json".to_owned()];
+        let text = ["content-type=text/plain".to_owned()];
+        let base = arguments(&bound("POST", "h.test:443", "/a", "x=1", &json, b"{}"));
         let differ = [
-            approval_binding("POST", "api:/a", ("PUT", "h.test:443", "/a", "x=1"), b"{}"),
-            approval_binding("POST", "api:/a", ("POST", "h.test:444", "/a", "x=1"), b"{}"),
-            approval_binding("POST", "api:/a", ("POST", "h.test:443", "/b", "x=1"), b"{}"),
-            approval_binding("POST", "api:/a", ("POST", "h.test:443", "/a", "x=2"), b"{}"),
-            approval_binding(
-                "POST",
-                "api:/a",
-                ("POST", "h.test:443", "/a", "x=1"),
-                b"{ }",
-            ),
+            bound("PUT", "h.test:443", "/a", "x=1", &json, b"{}"),
+            bound("POST", "h.test:444", "/a", "x=1", &json, b"{}"),
+            bound("POST", "h.test:443", "/b", "x=1", &json, b"{}"),
+            bound("POST", "h.test:443", "/a", "x=2", &json, b"{}"),
+            bound("POST", "h.test:443", "/a", "x=1", &text, b"{}"),
+            bound("POST", "h.test:443", "/a", "x=1", &json, b"{ }"),
+            Bound::connect("h.test:443"),
         ];
         for other in differ {
-            assert_ne!(base.arguments, other.arguments);
+            assert_ne!(base, arguments(&other));
         }
-        let again = approval_binding("POST", "api:/a", ("POST", "h.test:443", "/a", "x=1"), b"{}");
-        assert_eq!(base.arguments, again.arguments);
+        assert_eq!(
+            base,
+            arguments(&bound("POST", "h.test:443", "/a", "x=1", &json, b"{}"))
+        );
         let long = vec![b'a'; MAX_SHOWN_BODY + 1];
-        let hidden = approval_binding("POST", "api:/a", ("POST", "h", "/a", ""), &long);
-        let v: serde_json::Value =
-            serde_json::from_str(hidden.arguments.as_deref().unwrap()).unwrap();
+        let v = arguments(&bound("POST", "h", "/a", "", &[], &long));
         assert!(v.get("body").is_none(), "{v}");
         assert_eq!(v["body_sha256"], crate::ids::sha256_hex(&long));
-        let bidi = approval_binding(
-            "POST",
-            "api:/a",
-            ("POST", "h", "/a", ""),
-            "a\u{202e}b".as_bytes(),
-        );
-        let v: serde_json::Value =
-            serde_json::from_str(bidi.arguments.as_deref().unwrap()).unwrap();
+        let v = arguments(&bound("POST", "h", "/a", "", &[], "a\u{202e}b".as_bytes()));
         assert!(
             v.get("body").is_none(),
             "what misleads is shown by hash only: {v}"
         );
+    }
+
+    #[test]
+    fn a_query_kept_out_of_records_is_bound_by_its_hash() {
+        let hidden = |q| Bound {
+            query: (q, false),
+            ..bound("GET", "h.test:443", "/a", "", &[], b"")
+        };
+        let v = arguments(&hidden("token=sekrit"));
+        assert_eq!(v["query"], "redacted", "{v}");
+        assert_eq!(v["query_sha256"], crate::ids::sha256_hex(b"token=sekrit"));
+        assert!(!v.to_string().contains("sekrit"), "{v}");
+        assert_ne!(v, arguments(&hidden("token=sekrit2")));
     }
 }

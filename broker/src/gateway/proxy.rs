@@ -10,7 +10,7 @@
 //! host on the same address would reach a destination policy never saw).
 
 use super::body::{Direction, ProxyBody};
-use super::decide::{audit_for, Allowed, Denial};
+use super::decide::{audit_for, Allowed, Bound, Denial};
 use super::inject::sessions::placeholders_in;
 use super::refusal::{Code, Refusal};
 use super::sni::{read_client_hello, HelloError};
@@ -261,6 +261,36 @@ fn head_len(uri: &hyper::Uri, headers: &HeaderMap) -> usize {
         + line
 }
 
+/// Largest body of a gated absolute-form request (read whole: its approval is
+/// bound to its SHA-256).
+const MAX_GATED_BODY: usize = 1 << 20;
+
+/// A gated absolute-form request's body, read whole within `MAX_GATED_BODY`
+/// and a minute (no longer than the connection may live).
+async fn read_whole(
+    body: Option<Incoming>,
+    longest: std::time::Duration,
+) -> Result<hyper::body::Bytes, Refusal> {
+    use http_body_util::BodyExt;
+    let Some(body) = body else {
+        return Ok(hyper::body::Bytes::new());
+    };
+    let limited = http_body_util::Limited::new(body, MAX_GATED_BODY);
+    let within = longest.min(std::time::Duration::from_secs(60));
+    tokio::time::timeout(within, limited.collect())
+        .await
+        .map_err(|_| Refusal::new(Code::LimitReached, "the request body took too long"))?
+        .map(|b| b.to_bytes())
+        .map_err(|_| {
+            Refusal::new(
+                Code::LimitReached,
+                format!(
+                    "a request that needs an approval has a body of at most {MAX_GATED_BODY} bytes"
+                ),
+            )
+        })
+}
+
 /// Absolute-form `http://`: decide, connect, relay one request and its response.
 async fn forward(
     gw: &Gateway,
@@ -325,7 +355,26 @@ async fn forward(
         .parse()
         .map_err(|_| Refusal::new(Code::InvalidDestination, "bad request target"))?;
 
-    let Allowed { addrs, conn } = gw.admit(&run, &dest).await?;
+    // The connection carries this one request: an approval is bound to it —
+    // method, path, query, body — not to the destination alone, so it is read
+    // (bounded) before the gate when a gated permit covers it.
+    let decided = gw.decide_connect(&run, &dest).await?;
+    let mut body = Some(body);
+    let mut read = None;
+    if decided.constraints.approval.is_some() {
+        read = Some(read_whole(body.take(), gw.config.max_connection_duration).await?);
+    }
+    let authority = dest.path();
+    let (sent_path, query) = path.split_once('?').unwrap_or((&path, ""));
+    let request = Bound {
+        method: parts.method.as_str(),
+        authority: &authority,
+        path: sent_path,
+        query: (query, true),
+        headers: &[],
+        body: read.as_deref().unwrap_or_default(),
+    };
+    let Allowed { addrs, conn } = gw.connect_decided(&run, &dest, decided, &request).await?;
     // The request line and headers count against the allowance as the body does.
     if !conn.add_up(head_len(&parts.uri, &parts.headers)) {
         return Err(Refusal::new(
@@ -364,16 +413,31 @@ async fn forward(
             _ = ended.wait_for(|cut| *cut) => watched.cut(Cut::RunEnded),
         }
     });
-    let upstream_req = Request::from_parts(
-        parts,
-        ProxyBody::Relayed {
-            inner: body,
+    let out_body = match (body, read) {
+        (Some(inner), _) => ProxyBody::Relayed {
+            inner,
             conn: conn.clone(),
             direction: Direction::Up,
             deadline,
             tally: None,
         },
-    );
+        (None, bytes) => {
+            let bytes = bytes.unwrap_or_default();
+            if !conn.add_up(bytes.len()) {
+                conn.cut(Cut::ByteLimit);
+                return Err(Refusal::new(
+                    Code::LimitReached,
+                    "the run has used its byte allowance",
+                ));
+            }
+            parts.headers.remove(header::TRANSFER_ENCODING);
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+            ProxyBody::text(bytes)
+        }
+    };
+    let upstream_req = Request::from_parts(parts, out_body);
     let resp = tokio::time::timeout_at(deadline, sender.send_request(upstream_req))
         .await
         .map_err(|_| {
@@ -386,6 +450,8 @@ async fn forward(
         .map_err(|_| Refusal::new(Code::UpstreamUnavailable, "the upstream failed"))?;
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    // Only the gateway names an approval (not the destination).
+    parts.headers.remove(super::refusal::APPROVAL_ID_HEADER);
     if !conn.add_down(head_len(&hyper::Uri::default(), &parts.headers)) {
         conn.cut(Cut::ByteLimit);
         return Err(Refusal::new(

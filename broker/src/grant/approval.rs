@@ -105,6 +105,7 @@ impl Decided {
                 record,
                 audit,
                 notify,
+                rate: vec![super::rate::server(app, &self.run)],
             })
             .await?;
         match outcome {
@@ -118,6 +119,9 @@ impl Decided {
             Requested::RunInactive => Err(Refused::RunInactive(RunState::Ended)),
             Requested::Denied(r) => Err(Refused::Approval(ApprovalRefusal::DeniedBefore(r.id))),
             Requested::TooMany => Err(Refused::Approval(ApprovalRefusal::TooMany)),
+            Requested::RateLimited { retry_after_us } => {
+                Err(Refused::RateLimited { retry_after_us })
+            }
         }
     }
 

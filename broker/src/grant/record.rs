@@ -7,7 +7,6 @@
 use super::{rate, ApprovalRefusal, Decided, Door, Refused};
 use crate::app::App;
 use crate::audit::{events, AuditEvent};
-use crate::ids::new_id;
 use crate::store::capabilities::{CapabilityRecord, IssueCapability, IssueOutcome};
 use crate::store::decisions::{DecisionOutcome, RecordDecision};
 use crate::store::runs::{EndRun, RunRecord};
@@ -41,8 +40,13 @@ impl Permit {
             mut audit,
             ..
         } = self.decided;
+        // The approval is redeemed for this decision, named by its row's
+        // request id (what `approvals show` and the console then name).
         let redeems = self.redeemed.map(|r| {
-            let decision = new_id();
+            let decision = audit
+                .request_id
+                .get_or_insert_with(crate::ids::new_request_id)
+                .clone();
             let detail = audit.detail.take().unwrap_or_default();
             audit.detail = Some(
                 format!("{detail} approval={}", r.approval)

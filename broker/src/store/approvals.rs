@@ -122,6 +122,10 @@ pub enum Requested {
     TooMany,
     /// The same request was denied in this run: asking again does not reopen it.
     Denied(ApprovalRecord),
+    /// The run is over its rate: nothing was opened or found.
+    RateLimited {
+        retry_after_us: i64,
+    },
 }
 
 /// Opens an approval (or finds the open one for the same request), with its
@@ -130,6 +134,9 @@ pub struct RequestApproval {
     pub record: ApprovalRecord,
     pub audit: AuditEvent,
     pub notify: Option<String>,
+    /// Charged first, like every request a door decides: a tool that loops on
+    /// a pending approval is throttled like one that loops on refusals.
+    pub rate: Vec<super::charges::RateCharge>,
 }
 
 impl WriteOp for RequestApproval {
@@ -159,6 +166,9 @@ impl WriteOp for RequestApproval {
             };
             if !active {
                 return Ok(Requested::RunInactive);
+            }
+            if let Err(retry_after_us) = super::charges::rate_only(ctx, &self.rate).await? {
+                return Ok(Requested::RateLimited { retry_after_us });
             }
             let q = ctx.sql(concat!(
                 "SELECT ",

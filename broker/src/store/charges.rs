@@ -219,3 +219,50 @@ pub async fn apply(
     }
     Ok(outcomes)
 }
+
+/// Charges `rate` alone, for a request that records no decision row of its
+/// own (an approval asked for again while it is open): `Err` with the wait in
+/// microseconds when a bucket is over, and then nothing moved.
+pub async fn rate_only(
+    ctx: &mut WriteCtx<'_>,
+    rate: &[RateCharge],
+) -> Result<Result<(), i64>, sqlx::Error> {
+    if rate.is_empty() {
+        return Ok(Ok(()));
+    }
+    let now_us = ctx.now_ms * 1000;
+    let keys: BTreeSet<&str> = rate.iter().map(|r| r.bucket.as_str()).collect();
+    let mut tats: HashMap<String, i64> = HashMap::new();
+    for row in select_in(
+        ctx,
+        "SELECT bucket, tat_us FROM rate_limits WHERE bucket",
+        keys,
+    )
+    .await?
+    {
+        tats.insert(row.try_get("bucket")?, row.try_get("tat_us")?);
+    }
+    let buckets: Vec<rate::Bucket> = rate
+        .iter()
+        .map(|r| rate::Bucket {
+            tat_us: tats.get(&r.bucket).copied(),
+            interval_us: r.interval_us,
+            window_us: r.window_us,
+        })
+        .collect();
+    let next = match rate::charge(now_us, &buckets) {
+        Ok(next) => next,
+        Err(retry_after_us) => return Ok(Err(retry_after_us)),
+    };
+    let q = format!(
+        "INSERT INTO rate_limits (bucket, tat_us) VALUES {} \
+         ON CONFLICT (bucket) DO UPDATE SET tat_us = excluded.tat_us",
+        super::sql::values_placeholders(ctx.dialect, rate.len(), 2)
+    );
+    let mut query = stmt(&q);
+    for (r, tat) in rate.iter().zip(next) {
+        query = query.bind(&r.bucket).bind(tat);
+    }
+    query.execute(&mut ctx.conn).await?;
+    Ok(Ok(()))
+}

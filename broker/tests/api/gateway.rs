@@ -367,23 +367,39 @@ async fn raw_with_approval(gateway: SocketAddr, request: &str) -> (u16, Option<S
 /// `/v1/capabilities`: the connection waits for an approval bound to it
 /// (`403 approval_pending`, `Tessera-Approval-Id`), the identical request
 /// while it is pending names the same one, and once approved the identical
-/// request passes exactly once. (Written first against the gateway that
-/// refused every gated connection as `destination_denied`; it failed there.)
+/// request passes exactly once. An absolute-form request is bound to its
+/// method, path, query and body, so neither a `CONNECT` nor another request
+/// to the same destination redeems its approval. (Written first against the
+/// gateway that refused every gated connection as `destination_denied`; it
+/// failed there.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gated_connection_waits_for_its_approval_and_passes_once() {
     let e = env().await;
     e.dns.set("approval.test", vec![vec!["127.0.0.1"]]);
     let (_, run_id, token) = e.app.run_for("alice").await;
     let target = format!("approval.test:{}", e.http.port());
-    let (status, first, body) = raw_with_approval(e.gateway, &connect_req(&target, &token)).await;
+    let get = |path: &str| {
+        format!(
+            "GET http://{target}{path} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let (status, first, body) = raw_with_approval(e.gateway, &get("/once?n=1")).await;
     assert_eq!(
         (status, code(&body).as_str()),
         (403, "approval_pending"),
         "{body}"
     );
     let first = first.expect("the approval is named in Tessera-Approval-Id");
-    let (status, again, _) = raw_with_approval(e.gateway, &connect_req(&target, &token)).await;
+    let (status, again, _) = raw_with_approval(e.gateway, &get("/once?n=1")).await;
     assert_eq!((status, again.as_deref()), (403, Some(first.as_str())));
+    // A CONNECT to the same destination is another request: another approval.
+    let (status, tunnel, body) = raw_with_approval(e.gateway, &connect_req(&target, &token)).await;
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (403, "approval_pending"),
+        "{body}"
+    );
+    assert_ne!(tunnel.as_deref(), Some(first.as_str()));
     assert_eq!(e.http.accepted(), 0, "nothing is connected while it waits");
 
     // The run sees what it waits for; approvers see the same.
@@ -397,8 +413,14 @@ async fn a_gated_connection_waits_for_its_approval_and_passes_once() {
     assert_eq!(seen["status"], "pending", "{seen}");
     assert_eq!(seen["action"], "connect", "{seen}");
     assert_eq!(seen["resource"], format!("net:{target}"), "{seen}");
-    assert_eq!(seen["arguments"]["method"], "CONNECT", "{seen}");
-    assert_eq!(seen["arguments"]["host"], target.as_str(), "{seen}");
+    let args = &seen["arguments"];
+    assert_eq!(args["method"], "GET", "{seen}");
+    assert_eq!(args["host"], target.as_str(), "{seen}");
+    assert_eq!(
+        (args["path"].as_str(), args["query"].as_str()),
+        (Some("/once"), Some("n=1")),
+        "{seen}"
+    );
 
     let key = approver_key(&e.app, "dana").await;
     let resp = e
@@ -411,15 +433,15 @@ async fn a_gated_connection_waits_for_its_approval_and_passes_once() {
         .await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
 
-    // An absolute-form request is one connection to the destination: the
-    // approved one passes, once.
-    let get = format!(
-        "GET http://{target}/once HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-    );
-    let (status, _, body) = raw_with_approval(e.gateway, &get).await;
+    // Another request to the approved destination does not redeem it.
+    let (status, other, _) = raw_with_approval(e.gateway, &get("/other")).await;
+    assert_eq!(status, 403);
+    assert_ne!(other.as_deref(), Some(first.as_str()));
+    // The approved one passes, once.
+    let (status, _, body) = raw_with_approval(e.gateway, &get("/once?n=1")).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("hello from upstream /once"), "{body}");
-    let (status, next, body) = raw_with_approval(e.gateway, &get).await;
+    let (status, next, body) = raw_with_approval(e.gateway, &get("/once?n=1")).await;
     assert_eq!(
         (status, code(&body).as_str()),
         (403, "approval_pending"),
@@ -441,8 +463,8 @@ async fn a_gated_connection_waits_for_its_approval_and_passes_once() {
             .contains(&format!("approval={first}")),
         "{allowed:?}"
     );
-    let requested = audit_rows(&e.app, &run_id, "approval.requested", 2).await;
-    assert_eq!(requested.len(), 2, "{requested:?}");
+    let requested = audit_rows(&e.app, &run_id, "approval.requested", 4).await;
+    assert_eq!(requested.len(), 4, "{requested:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -408,7 +408,8 @@ async fn the_api_gets_the_rules_credential_and_never_the_tools() {
 /// `@approval` on an injected request means what it means at
 /// `/v1/capabilities`: Python `requests` gets `403 approval_pending` with
 /// `Tessera-Approval-Id`, nothing reaches the API, and approvers see the method,
-/// host, path, query and the body's SHA-256 (and its text); once approved, the
+/// host, path, the query (by hash: the rule keeps it out of records), the
+/// headers policy reads and the body's SHA-256 (and its text); once approved, the
 /// identical request (here from curl) passes exactly once; a second retry
 /// and a changed body each ask anew. (Written first against the gateway that
 /// refused gated requests as `request_denied`; it failed there.)
@@ -473,7 +474,18 @@ async fn a_gated_request_is_approved_for_its_exact_body_and_passes_once() {
         "{seen}"
     );
     assert_eq!(args["path"], "/api/repos/gated/issues", "{seen}");
-    assert_eq!(args["query"], "label=release", "{seen}");
+    // The rule keeps queries out of records (log_query = false): bound by hash.
+    assert_eq!(args["query"], "redacted", "{seen}");
+    assert_eq!(
+        args["query_sha256"],
+        tessera_broker::ids::sha256_hex(b"label=release"),
+        "{seen}"
+    );
+    assert_eq!(
+        args["headers"],
+        json!(["content-type=application/json"]),
+        "{seen}"
+    );
     assert_eq!(
         args["body_sha256"],
         tessera_broker::ids::sha256_hex(body.as_bytes()),

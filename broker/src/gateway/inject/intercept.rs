@@ -21,7 +21,7 @@ use crate::backends::http::grammar::{normalise_target, Target};
 use crate::backends::http::HttpConfig;
 use crate::backends::net::grammar::{normalise, Destination};
 use crate::gateway::body::{Direction, ProxyBody};
-use crate::gateway::decide::{approval_binding, Allowed, Denial};
+use crate::gateway::decide::{approval_binding, Allowed, Bound, Denial};
 use crate::gateway::proxy::{refusal_response, strip_hop_by_hop};
 use crate::gateway::refusal::{Code, Refusal};
 use crate::gateway::traffic::{Conn, Cut};
@@ -544,17 +544,22 @@ impl Intercepted {
         if decided.constraints.approval.is_some() {
             body = Body::Read(self.read_body(body.into_stream()?).await?);
         }
-        let binding = approval_binding(
-            &method,
-            &resource,
-            (
-                &method,
-                &self.dest.path(),
-                &target.decided,
+        // Bound as it will be sent: the path as forwarded, the query, the
+        // headers policy read, the body's bytes.
+        let authority = self.dest.path();
+        let sent_path = target.forward.split('?').next().unwrap_or_default();
+        let request = Bound {
+            method: &method,
+            authority: &authority,
+            path: sent_path,
+            query: (
                 target.raw_query.as_deref().unwrap_or(""),
+                self.rule.log_query,
             ),
-            body.bytes(),
-        );
+            headers: &headers,
+            body: body.bytes(),
+        };
+        let binding = approval_binding(&method, &resource, &request);
         let mut permit = decided
             .gate(app, binding, None)
             .await
@@ -662,6 +667,11 @@ impl Intercepted {
         let (mut parts, body) = resp.into_parts();
         tally.status.store(parts.status.as_u16(), Ordering::Relaxed);
         strip_hop_by_hop(&mut parts.headers);
+        // Only the gateway names an approval: an API's header of that name
+        // would have the tool (or its SDK) wait for an approval of its choosing.
+        parts
+            .headers
+            .remove(crate::gateway::refusal::APPROVAL_ID_HEADER);
         if !self.rule.cookies {
             // A session the API opens on the injected credential would outlive
             // the run in the tool's hands.
