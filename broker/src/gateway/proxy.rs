@@ -361,7 +361,18 @@ async fn forward(
     let decided = gw.decide_connect(&run, &dest).await?;
     let mut body = Some(body);
     let mut read = None;
+    let mut _budget = None;
     if decided.constraints.approval.is_some() {
+        // Its MiB of the memory that bodies read whole may hold, in all.
+        let share = gw.signed_bodies.clone().acquire_many_owned(1);
+        let share = tokio::time::timeout(std::time::Duration::from_secs(60), share)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| {
+                Refusal::new(Code::LimitReached, "too many bodies being read at once")
+            })?;
+        _budget = Some(share);
         read = Some(read_whole(body.take(), gw.config.max_connection_duration).await?);
     }
     let authority = dest.path();
