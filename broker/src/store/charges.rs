@@ -132,20 +132,7 @@ pub async fn apply(
         let state = RunState::of(row.try_get("ended_at")?, row.try_get("expires_at")?, now);
         runs.insert(row.try_get("id")?, state);
     }
-    let buckets: BTreeSet<&str> = charges
-        .iter()
-        .flat_map(|c| c.rate.iter().map(|r| r.bucket.as_str()))
-        .collect();
-    let mut tats: HashMap<String, i64> = HashMap::new();
-    for row in select_in(
-        ctx,
-        "SELECT bucket, tat_us FROM rate_limits WHERE bucket",
-        buckets,
-    )
-    .await?
-    {
-        tats.insert(row.try_get("bucket")?, row.try_get("tat_us")?);
-    }
+    let mut tats = read_buckets(ctx, charges.iter().flat_map(|c| c.rate)).await?;
 
     let mut dirty: BTreeSet<String> = BTreeSet::new();
     let mut outcomes: Vec<Charged> = Vec::with_capacity(charges.len());
@@ -162,16 +149,7 @@ pub async fn apply(
             outcomes.push(Charged::RunInactive(state));
             continue;
         }
-        let buckets: Vec<rate::Bucket> = c
-            .rate
-            .iter()
-            .map(|r| rate::Bucket {
-                tat_us: tats.get(&r.bucket).copied(),
-                interval_us: r.interval_us,
-                window_us: r.window_us,
-            })
-            .collect();
-        let next = match rate::charge(now_us, &buckets) {
+        let next = match rate::charge(now_us, &buckets_of(c.rate, &tats)) {
             Ok(next) => next,
             Err(retry_after_us) => {
                 ctx.audit_shared(refused(
@@ -204,20 +182,59 @@ pub async fn apply(
         outcomes.push(Charged::Applied);
     }
 
-    let dirty: Vec<String> = dirty.into_iter().collect();
-    for chunk in dirty.chunks(ROWS_PER_INSERT) {
+    let moved: Vec<(&str, i64)> = dirty
+        .iter()
+        .map(|b| (b.as_str(), tats.get(b).copied().unwrap_or(now_us)))
+        .collect();
+    write_buckets(ctx, &moved).await?;
+    Ok(outcomes)
+}
+
+/// The theoretical arrival times of `rate`'s buckets, as stored.
+async fn read_buckets(
+    ctx: &mut WriteCtx<'_>,
+    rate: impl Iterator<Item = &RateCharge>,
+) -> Result<HashMap<String, i64>, sqlx::Error> {
+    let keys: BTreeSet<&str> = rate.map(|r| r.bucket.as_str()).collect();
+    let mut tats = HashMap::new();
+    for row in select_in(
+        ctx,
+        "SELECT bucket, tat_us FROM rate_limits WHERE bucket",
+        keys,
+    )
+    .await?
+    {
+        tats.insert(row.try_get("bucket")?, row.try_get("tat_us")?);
+    }
+    Ok(tats)
+}
+
+/// `rate` as GCRA buckets, at the arrival times `tats` holds.
+fn buckets_of(rate: &[RateCharge], tats: &HashMap<String, i64>) -> Vec<rate::Bucket> {
+    rate.iter()
+        .map(|r| rate::Bucket {
+            tat_us: tats.get(&r.bucket).copied(),
+            interval_us: r.interval_us,
+            window_us: r.window_us,
+        })
+        .collect()
+}
+
+/// Stores the buckets' new arrival times, in multi-row UPSERTs.
+async fn write_buckets(ctx: &mut WriteCtx<'_>, moved: &[(&str, i64)]) -> Result<(), sqlx::Error> {
+    for chunk in moved.chunks(ROWS_PER_INSERT) {
         let q = format!(
             "INSERT INTO rate_limits (bucket, tat_us) VALUES {} \
              ON CONFLICT (bucket) DO UPDATE SET tat_us = excluded.tat_us",
             super::sql::values_placeholders(ctx.dialect, chunk.len(), 2)
         );
         let mut query = stmt(&q);
-        for b in chunk {
-            query = query.bind(b).bind(tats.get(b).copied().unwrap_or(now_us));
+        for (bucket, tat) in chunk {
+            query = query.bind(*bucket).bind(*tat);
         }
         query.execute(&mut ctx.conn).await?;
     }
-    Ok(outcomes)
+    Ok(())
 }
 
 /// Charges `rate` alone, for a request that records no decision row of its
@@ -231,38 +248,12 @@ pub async fn rate_only(
         return Ok(Ok(()));
     }
     let now_us = ctx.now_ms * 1000;
-    let keys: BTreeSet<&str> = rate.iter().map(|r| r.bucket.as_str()).collect();
-    let mut tats: HashMap<String, i64> = HashMap::new();
-    for row in select_in(
-        ctx,
-        "SELECT bucket, tat_us FROM rate_limits WHERE bucket",
-        keys,
-    )
-    .await?
-    {
-        tats.insert(row.try_get("bucket")?, row.try_get("tat_us")?);
-    }
-    let buckets: Vec<rate::Bucket> = rate
-        .iter()
-        .map(|r| rate::Bucket {
-            tat_us: tats.get(&r.bucket).copied(),
-            interval_us: r.interval_us,
-            window_us: r.window_us,
-        })
-        .collect();
-    let next = match rate::charge(now_us, &buckets) {
+    let tats = read_buckets(ctx, rate.iter()).await?;
+    let next = match rate::charge(now_us, &buckets_of(rate, &tats)) {
         Ok(next) => next,
         Err(retry_after_us) => return Ok(Err(retry_after_us)),
     };
-    let q = format!(
-        "INSERT INTO rate_limits (bucket, tat_us) VALUES {} \
-         ON CONFLICT (bucket) DO UPDATE SET tat_us = excluded.tat_us",
-        super::sql::values_placeholders(ctx.dialect, rate.len(), 2)
-    );
-    let mut query = stmt(&q);
-    for (r, tat) in rate.iter().zip(next) {
-        query = query.bind(&r.bucket).bind(tat);
-    }
-    query.execute(&mut ctx.conn).await?;
+    let moved: Vec<(&str, i64)> = rate.iter().map(|r| r.bucket.as_str()).zip(next).collect();
+    write_buckets(ctx, &moved).await?;
     Ok(Ok(()))
 }

@@ -166,17 +166,23 @@ async fn start(dns: &Dns, ca_file: &Path, api_port: u16) -> Broker {
 }
 
 impl Broker {
-    async fn runtime_key(&self) -> String {
-        let v: Value = reqwest::Client::new()
-            .post(format!("{}/v1/admin/runtimes", self.addr))
-            .bearer_auth(&self.admin)
-            .json(&json!({"name": format!("doors-{}", free_port())}))
+    /// `POST path` with `bearer` and a JSON body; the JSON answer.
+    async fn post(&self, path: &str, bearer: &str, body: Value) -> Value {
+        reqwest::Client::new()
+            .post(format!("{}{path}", self.addr))
+            .bearer_auth(bearer)
+            .json(&body)
             .send()
             .await
             .unwrap()
             .json()
             .await
-            .unwrap();
+            .unwrap_or(Value::Null)
+    }
+
+    async fn runtime_key(&self) -> String {
+        let body = json!({"name": format!("doors-{}", free_port())});
+        let v = self.post("/v1/admin/runtimes", &self.admin, body).await;
         v["key"]
             .as_str()
             .unwrap_or_else(|| panic!("{v}"))
@@ -185,16 +191,9 @@ impl Broker {
 
     /// A new run of alice: its id and token.
     async fn run(&self, runtime: &str) -> (String, String) {
-        let v: Value = reqwest::Client::new()
-            .post(format!("{}/v1/runs", self.addr))
-            .bearer_auth(runtime)
-            .json(&json!({"user": "alice", "task": {"id": "t-doors", "kind": "summarize"}, "ttl": "30m"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body =
+            json!({"user": "alice", "task": {"id": "t-doors", "kind": "summarize"}, "ttl": "30m"});
+        let v = self.post("/v1/runs", runtime, body).await;
         (
             v["run_id"]
                 .as_str()
@@ -356,16 +355,7 @@ impl Broker {
 
     /// The run's CA file (`POST /v1/gateway/session`).
     async fn run_ca(&self, token: &str) -> PathBuf {
-        let v: Value = reqwest::Client::new()
-            .post(format!("{}/v1/gateway/session", self.addr))
-            .bearer_auth(token)
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = self.post("/v1/gateway/session", token, json!({})).await;
         let path = self.dir.0.join(format!("ca-{}.pem", free_port()));
         std::fs::write(&path, v["ca_pem"].as_str().unwrap_or_else(|| panic!("{v}"))).unwrap();
         path

@@ -7,7 +7,7 @@
 
 use crate::support::app::{Db, DbBackends, Extra, TestApp};
 use crate::support::dns::Dns;
-use crate::support::egress::{approver_key, audit_rows, code};
+use crate::support::egress::{approve, audit_rows, code};
 use crate::support::postgres::PgFixture;
 use crate::support::upstream::{TestCa, Upstream};
 use serde_json::Value;
@@ -422,16 +422,7 @@ async fn a_gated_connection_waits_for_its_approval_and_passes_once() {
         "{seen}"
     );
 
-    let key = approver_key(&e.app, "dana").await;
-    let resp = e
-        .app
-        .post(
-            &format!("/v1/approvals/{first}/approve"),
-            Some(&key),
-            serde_json::json!({"comment": "ok"}),
-        )
-        .await;
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    approve(&e.app, "dana", &first).await;
 
     // Another request to the approved destination does not redeem it.
     let (status, other, _) = raw_with_approval(e.gateway, &get("/other")).await;

@@ -7,7 +7,7 @@
 
 use crate::support::app::{Db, Extra, TestApp};
 use crate::support::dns::Dns;
-use crate::support::egress::{approver_key, audit_rows, code};
+use crate::support::egress::{approve, audit_rows, code};
 use crate::support::moto::{moto, EXTERNAL_ID, ROLE};
 use crate::support::upstream::{tls_front, TestCa, Upstream};
 use serde_json::{json, Value};
@@ -493,16 +493,7 @@ async fn a_gated_request_is_approved_for_its_exact_body_and_passes_once() {
     );
     assert_eq!(args["body"], body, "{seen}");
 
-    let key = approver_key(&e.app, "dana").await;
-    let resp = e
-        .app
-        .post(
-            &format!("/v1/approvals/{first}/approve"),
-            Some(&key),
-            json!({"comment": "CHG-7"}),
-        )
-        .await;
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    approve(&e.app, "dana", &first).await;
 
     let post = |data: &'static str| {
         let (e, token, ca, url) = (&e, token.clone(), ca.clone(), url.clone());

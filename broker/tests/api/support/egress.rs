@@ -29,17 +29,25 @@ pub async fn audit_rows(app: &TestApp, run_id: &str, event: &str, at_least: usiz
     panic!("fewer than {at_least} {event} rows for run {run_id}");
 }
 
-/// An approver key for `user` (a release manager in the test entities), made
-/// by the administrator.
-pub async fn approver_key(app: &TestApp, user: &str) -> String {
+/// Approves approval `id` with a new approver key of `user` (a release
+/// manager in the test entities), made by the administrator.
+pub async fn approve(app: &TestApp, user: &str, id: &str) {
     let resp = app
         .post(
             "/v1/admin/approvers",
             Some(&app.admin_token),
-            serde_json::json!({"name": format!("{user}-key"), "user": user}),
+            serde_json::json!({"name": format!("{user}-{id}"), "user": user}),
         )
         .await;
     assert_eq!(resp.status(), 201);
     let v: Value = resp.json().await.unwrap();
-    v["key"].as_str().unwrap().to_owned()
+    let key = v["key"].as_str().unwrap();
+    let resp = app
+        .post(
+            &format!("/v1/approvals/{id}/approve"),
+            Some(key),
+            serde_json::json!({"comment": "approved by the test"}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
 }
