@@ -9,7 +9,7 @@
 //! required to name the destination decided (a `Host` naming another virtual
 //! host on the same address would reach a destination policy never saw).
 
-use super::body::{Direction, ProxyBody};
+use super::body::{whole_upstream, Direction, ProxyBody};
 use super::decide::{audit_for, Allowed, Bound, Denial};
 use super::inject::sessions::placeholders_in;
 use super::refusal::{Code, Refusal};
@@ -265,32 +265,6 @@ fn head_len(uri: &hyper::Uri, headers: &HeaderMap) -> usize {
 /// bound to its SHA-256).
 const MAX_GATED_BODY: usize = 1 << 20;
 
-/// A gated absolute-form request's body, read whole within `MAX_GATED_BODY`
-/// and a minute (no longer than the connection may live).
-async fn read_whole(
-    body: Option<Incoming>,
-    longest: std::time::Duration,
-) -> Result<hyper::body::Bytes, Refusal> {
-    use http_body_util::BodyExt;
-    let Some(body) = body else {
-        return Ok(hyper::body::Bytes::new());
-    };
-    let limited = http_body_util::Limited::new(body, MAX_GATED_BODY);
-    let within = longest.min(std::time::Duration::from_secs(60));
-    tokio::time::timeout(within, limited.collect())
-        .await
-        .map_err(|_| Refusal::new(Code::LimitReached, "the request body took too long"))?
-        .map(|b| b.to_bytes())
-        .map_err(|_| {
-            Refusal::new(
-                Code::LimitReached,
-                format!(
-                    "a request that needs an approval has a body of at most {MAX_GATED_BODY} bytes"
-                ),
-            )
-        })
-}
-
 /// Absolute-form `http://`: decide, connect, relay one request and its response.
 async fn forward(
     gw: &Gateway,
@@ -359,21 +333,12 @@ async fn forward(
     // method, path, query, body — not to the destination alone, so it is read
     // (bounded) before the gate when a gated permit covers it.
     let decided = gw.decide_connect(&run, &dest).await?;
-    let mut body = Some(body);
-    let mut read = None;
-    let mut _budget = None;
+    let (mut body, mut whole) = (Some(body), None);
     if decided.constraints.approval.is_some() {
-        // Its MiB of the memory that bodies read whole may hold, in all.
-        let share = gw.signed_bodies.clone().acquire_many_owned(1);
-        let share = tokio::time::timeout(std::time::Duration::from_secs(60), share)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .ok_or_else(|| {
-                Refusal::new(Code::LimitReached, "too many bodies being read at once")
-            })?;
-        _budget = Some(share);
-        read = Some(read_whole(body.take(), gw.config.max_connection_duration).await?);
+        if let Some(b) = body.take() {
+            let deadline = tokio::time::Instant::now() + gw.config.max_connection_duration;
+            whole = Some(gw.read_whole(b, MAX_GATED_BODY, None, deadline).await?);
+        }
     }
     let authority = dest.path();
     let (sent_path, query) = path.split_once('?').unwrap_or((&path, ""));
@@ -383,7 +348,7 @@ async fn forward(
         path: sent_path,
         query: (query, true),
         headers: &[],
-        body: read.as_deref().unwrap_or_default(),
+        body: whole.as_ref().map_or(&[], |w| &w.bytes[..]),
     };
     let Allowed { addrs, conn } = gw.connect_decided(&run, &dest, decided, &request).await?;
     // The request line and headers count against the allowance as the body does.
@@ -424,7 +389,9 @@ async fn forward(
             _ = ended.wait_for(|cut| *cut) => watched.cut(Cut::RunEnded),
         }
     });
-    let out_body = match (body, read) {
+    // A body read whole goes framed by its length; its memory is held until
+    // the answer.
+    let out_body = match (body, &whole) {
         (Some(inner), _) => ProxyBody::Relayed {
             inner,
             conn: conn.clone(),
@@ -432,20 +399,9 @@ async fn forward(
             deadline,
             tally: None,
         },
-        (None, bytes) => {
-            let bytes = bytes.unwrap_or_default();
-            if !conn.add_up(bytes.len()) {
-                conn.cut(Cut::ByteLimit);
-                return Err(Refusal::new(
-                    Code::LimitReached,
-                    "the run has used its byte allowance",
-                ));
-            }
-            parts.headers.remove(header::TRANSFER_ENCODING);
-            parts
-                .headers
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-            ProxyBody::text(bytes)
+        (None, w) => {
+            let bytes = w.as_ref().map(|w| w.bytes.clone()).unwrap_or_default();
+            whole_upstream(bytes, &conn, &mut parts.headers)?
         }
     };
     let upstream_req = Request::from_parts(parts, out_body);

@@ -20,7 +20,7 @@ use crate::audit::{events, AuditEvent};
 use crate::backends::http::grammar::{normalise_target, Target};
 use crate::backends::http::HttpConfig;
 use crate::backends::net::grammar::{normalise, Destination};
-use crate::gateway::body::{Direction, ProxyBody};
+use crate::gateway::body::{whole_upstream, Direction, ProxyBody, Whole};
 use crate::gateway::decide::{approval_binding, Allowed, Bound, Denial};
 use crate::gateway::proxy::{refusal_response, strip_hop_by_hop};
 use crate::gateway::refusal::{Code, Refusal};
@@ -29,8 +29,6 @@ use crate::gateway::Gateway;
 use crate::grant::{self, Ask, Door};
 use crate::store::runs::RunRecord;
 use crate::store::writer::AppendAudit;
-use http_body_util::BodyExt;
-use hyper::body::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response};
@@ -50,40 +48,8 @@ pub const MAX_SIGNED_BODY: usize = 16 << 20;
 pub const SIGNED_BODIES_MIB: usize = 256;
 /// …and of one run.
 pub const SIGNED_BODIES_MIB_PER_RUN: usize = 64;
-/// How long a body read whole may take to arrive.
-const SIGNED_BODY_SECS: u64 = 60;
 
 type Sender = hyper::client::conn::http1::SendRequest<ProxyBody>;
-
-/// The memory a body read whole holds while it is sent: the run's share and
-/// the gateway's.
-type Budget = (
-    tokio::sync::OwnedSemaphorePermit,
-    tokio::sync::OwnedSemaphorePermit,
-);
-
-/// A request body: still streaming from the tool, or read whole.
-enum Body {
-    Stream(Incoming),
-    Read((Bytes, Budget)),
-}
-
-impl Body {
-    fn into_stream(self) -> Result<Incoming, Refusal> {
-        match self {
-            Body::Stream(b) => Ok(b),
-            Body::Read(_) => Err(Refusal::new(Code::InvalidDestination, "the body was read")),
-        }
-    }
-
-    /// What was read of it (nothing while it streams).
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Body::Read((b, _)) => b,
-            Body::Stream(_) => &[],
-        }
-    }
-}
 
 /// One intercepted connection.
 struct Intercepted {
@@ -395,48 +361,23 @@ impl Intercepted {
         refusal
     }
 
-    /// Reads a request body whole (one to be signed, or one an approval is
-    /// bound to): at most [`MAX_SIGNED_BODY`], within the run's and the
-    /// gateway's share of memory for bodies, in [`SIGNED_BODY_SECS`].
-    async fn read_body(&self, body: Incoming) -> Result<(Bytes, Budget), Refusal> {
-        use hyper::body::Body as _;
-        let mib = body
-            .size_hint()
-            .exact()
-            .map_or(MAX_SIGNED_BODY >> 20, |n| (n as usize).div_ceil(1 << 20))
-            .max(1);
-        let too_large = || {
-            Refusal::new(
-                Code::LimitReached,
-                format!("a request body read whole is at most {MAX_SIGNED_BODY} bytes"),
-            )
-        };
-        if mib > MAX_SIGNED_BODY >> 20 {
-            return Err(too_large());
+    /// Reads the request body whole (one to be signed, or one an approval
+    /// is bound to), once: at most [`MAX_SIGNED_BODY`], within the run's and
+    /// the gateway's share of memory for bodies.
+    async fn read_whole(
+        &self,
+        stream: &mut Option<Incoming>,
+        whole: &mut Option<Whole>,
+    ) -> Result<(), Refusal> {
+        if let Some(body) = stream.take() {
+            let share = Some(&self.session.signed_bodies);
+            *whole = Some(
+                self.gw
+                    .read_whole(body, MAX_SIGNED_BODY, share, self.deadline)
+                    .await?,
+            );
         }
-        let busy = || Refusal::new(Code::LimitReached, "too many bodies being read at once");
-        let wait = Instant::now() + Duration::from_secs(SIGNED_BODY_SECS);
-        let run_share = self
-            .session
-            .signed_bodies
-            .clone()
-            .acquire_many_owned(mib as u32);
-        let run_share = tokio::time::timeout_at(wait, run_share)
-            .await
-            .map_err(|_| busy())?
-            .map_err(|_| busy())?;
-        let all = self.gw.signed_bodies.clone().acquire_many_owned(mib as u32);
-        let all = tokio::time::timeout_at(wait, all)
-            .await
-            .map_err(|_| busy())?
-            .map_err(|_| busy())?;
-        let limited = http_body_util::Limited::new(body, MAX_SIGNED_BODY);
-        let bytes = tokio::time::timeout_at(wait.min(self.deadline), limited.collect())
-            .await
-            .map_err(|_| Refusal::new(Code::LimitReached, "the request body took too long"))?
-            .map_err(|_| too_large())?
-            .to_bytes();
-        Ok((bytes, (run_share, all)))
+        Ok(())
     }
 
     async fn exchange(
@@ -540,9 +481,9 @@ impl Intercepted {
             .await
             .map_err(|r| self.gw.refused(&self.run, r, Code::RequestDenied, denied))?;
         // A gated request is bound to its body too: it is read (bounded) first.
-        let mut body = Body::Stream(body);
+        let (mut stream, mut whole) = (Some(body), None);
         if decided.constraints.approval.is_some() {
-            body = Body::Read(self.read_body(body.into_stream()?).await?);
+            self.read_whole(&mut stream, &mut whole).await?;
         }
         // Bound as it will be sent: the path as forwarded, the query, the
         // headers policy read, the body's bytes.
@@ -557,7 +498,7 @@ impl Intercepted {
                 self.rule.log_query,
             ),
             headers: &headers,
-            body: body.bytes(),
+            body: whole.as_ref().map_or(&[], |w| &w.bytes[..]),
         };
         let binding = approval_binding(&method, &resource, &request);
         let mut permit = decided
@@ -602,66 +543,39 @@ impl Intercepted {
         let tally = Arc::new(Tally::new(self.gw.clone(), audit));
         let signed = matches!(self.rule.auth, crate::backends::http::Auth::SigV4 { .. });
         if signed {
-            if let Body::Stream(_) = body {
-                body = Body::Read(self.read_body(body.into_stream()?).await?);
-            }
+            self.read_whole(&mut stream, &mut whole).await?;
         }
-        let out_body = match body {
-            Body::Read((bytes, _budget)) => {
-                if !self.conn.add_up(bytes.len()) {
-                    self.conn.cut(Cut::ByteLimit);
-                    return Err(Refusal::new(
-                        Code::LimitReached,
-                        "the run has used its byte allowance",
-                    ));
-                }
+        // A body read whole goes framed by its length, counted first; the
+        // memory it holds is held until the answer.
+        let out_body = match (stream, &whole) {
+            (Some(inner), _) => ProxyBody::Relayed {
+                inner,
+                conn: self.conn.clone(),
+                direction: Direction::Up,
+                deadline: self.deadline,
+                tally: Some(tally.clone()),
+            },
+            (None, w) => {
+                let bytes = w.as_ref().map(|w| w.bytes.clone()).unwrap_or_default();
                 tally.up.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                parts.headers.remove(header::TRANSFER_ENCODING);
-                parts
-                    .headers
-                    .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-                let out = Outgoing {
-                    method: &method,
-                    url: &url,
-                    decided_path: &target.decided,
-                    body: signed.then_some(&bytes),
-                };
-                credential::inject(
-                    &self.gw,
-                    &self.session,
-                    &self.run,
-                    &self.rule,
-                    out,
-                    &mut parts.headers,
-                )
-                .await?;
-                ProxyBody::text(bytes)
-            }
-            Body::Stream(inner) => {
-                let out = Outgoing {
-                    method: &method,
-                    url: &url,
-                    decided_path: &target.decided,
-                    body: None,
-                };
-                credential::inject(
-                    &self.gw,
-                    &self.session,
-                    &self.run,
-                    &self.rule,
-                    out,
-                    &mut parts.headers,
-                )
-                .await?;
-                ProxyBody::Relayed {
-                    inner,
-                    conn: self.conn.clone(),
-                    direction: Direction::Up,
-                    deadline: self.deadline,
-                    tally: Some(tally.clone()),
-                }
+                whole_upstream(bytes, &self.conn, &mut parts.headers)?
             }
         };
+        let out = Outgoing {
+            method: &method,
+            url: &url,
+            decided_path: &target.decided,
+            body: whole.as_ref().filter(|_| signed).map(|w| &w.bytes[..]),
+        };
+        credential::inject(
+            &self.gw,
+            &self.session,
+            &self.run,
+            &self.rule,
+            out,
+            &mut parts.headers,
+        )
+        .await?;
         let upstream_req = Request::from_parts(parts, out_body);
         let resp = self.send(upstream_req).await?;
         let (mut parts, body) = resp.into_parts();
