@@ -19,6 +19,7 @@
 //! `gateway.end_run_on_deny` or the forbid's `@on_deny("end_run")` says so.
 
 use super::addresses::{self, Range};
+use super::inject::sessions::placeholders_in;
 use super::refusal::{Code, Refusal};
 use super::traffic::{Conn, Limits};
 use super::Gateway;
@@ -86,7 +87,11 @@ impl Bound<'_> {
 /// itself when it is short text an approver can read. Two requests that
 /// differ in any of these are two approvals.
 pub(crate) fn approval_binding(action: &str, resource: &str, req: &Bound<'_>) -> Binding {
+    // A placeholder is shown nowhere, an approval included: what carries one
+    // is bound by its hash.
+    let carries = |t: &str| placeholders_in(t).next().is_some();
     let (query, shown) = req.query;
+    let shown = shown && !carries(query);
     let mut args = serde_json::json!({
         "method": req.method,
         "host": req.authority,
@@ -98,10 +103,16 @@ pub(crate) fn approval_binding(action: &str, resource: &str, req: &Bound<'_>) ->
     if !shown && !query.is_empty() {
         args["query_sha256"] = serde_json::Value::String(crate::ids::sha256_hex(query.as_bytes()));
     }
+    if req.headers.iter().any(|h| carries(h)) {
+        args["headers"] = serde_json::Value::String("redacted".into());
+        let joined = req.headers.join("\n");
+        args["headers_sha256"] =
+            serde_json::Value::String(crate::ids::sha256_hex(joined.as_bytes()));
+    }
     let readable = std::str::from_utf8(req.body)
         .ok()
         .filter(|t| !t.is_empty() && t.len() <= MAX_SHOWN_BODY)
-        .filter(|t| !t.chars().any(crate::names::misleads));
+        .filter(|t| !t.chars().any(crate::names::misleads) && !carries(t));
     if let Some(text) = readable {
         args["body"] = serde_json::Value::String(text.to_owned());
     }
@@ -504,5 +515,40 @@ mod tests {
         assert_eq!(v["query_sha256"], crate::ids::sha256_hex(b"token=sekrit"));
         assert!(!v.to_string().contains("sekrit"), "{v}");
         assert_ne!(v, arguments(&hidden("token=sekrit2")));
+    }
+
+    #[test]
+    fn a_placeholder_is_bound_by_hash_and_never_shown() {
+        let ph = format!("tsr_ph_{}", "a".repeat(43));
+        let header = [format!("x-api-key={ph}")];
+        let query = format!("key={ph}");
+        let body = format!("{{\"key\": \"{ph}\"}}");
+        let v = arguments(&bound(
+            "POST",
+            "h:443",
+            "/a",
+            &query,
+            &header,
+            body.as_bytes(),
+        ));
+        assert!(!v.to_string().contains(&ph), "{v}");
+        assert_eq!(
+            (v["query"].as_str(), v["headers"].as_str()),
+            (Some("redacted"), Some("redacted"))
+        );
+        assert!(
+            v.get("body").is_none() && v.get("headers_sha256").is_some(),
+            "{v}"
+        );
+        let other = [format!("x-api-key=tsr_ph_{}", "b".repeat(43))];
+        let w = arguments(&bound(
+            "POST",
+            "h:443",
+            "/a",
+            &query,
+            &other,
+            body.as_bytes(),
+        ));
+        assert_ne!(v, w, "another placeholder is another request");
     }
 }
