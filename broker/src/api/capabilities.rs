@@ -249,7 +249,7 @@ pub(crate) async fn issue(
         Err(Refused::Pending(p)) => return Ok(Outcome::Pending(p)),
         Err(r) => return Err(refusals::grant(r)),
     };
-    let issued = sign_and_record(app, &permit, req, arguments, (requested_ttl, hold), grant).await;
+    let issued = sign_and_record(app, permit, req, arguments, (requested_ttl, hold), grant).await;
     match &issued {
         Ok(_) => app.metrics.capability("issued"),
         Err(e) if e.code == ErrorCode::RateLimited => app.metrics.capability("rate_limited"),
@@ -323,12 +323,14 @@ pub(crate) async fn refuse_before_policy(
 /// leaves only after the record committed.
 async fn sign_and_record(
     app: &AppState,
-    permit: &Permit,
+    mut permit: Permit,
     req: &CapabilityRequest,
     arguments: Option<String>,
     (requested_ttl, hold_secs): (Option<Duration>, Option<i64>),
     grant: Grant,
 ) -> Result<Issued, ApiError> {
+    // The decision's audit row becomes the issuance's (taken, not copied).
+    let mut audit = std::mem::take(&mut permit.decided.audit);
     let d = &permit.decided;
     let (run, now, constraints) = (&d.run, d.now, &d.constraints);
     // One rule for what a capability gets, shared with `tessera policy explain/test`.
@@ -387,7 +389,6 @@ async fn sign_and_record(
             &super::oauth::access_token_claims(&claims, issuer, audience),
         ),
     };
-    let mut audit = d.audit.clone();
     audit.capability_id = Some(jti.clone());
     let mut extra = hold_secs.map(|h| format!(" hold={h}s")).unwrap_or_default();
     if req.slot.is_some() {
