@@ -2,8 +2,9 @@
 //!
 //! [`App::build`] turns a validated [`Config`] into a running broker core: store
 //! opened and migrated, KEK and signing keys loaded (or created in `--dev`), policy
-//! loaded and validated, backends constructed. Tests build it the same way, with a
-//! fresh database, so they exercise exactly what production runs.
+//! loaded and validated, backends constructed. The boot (`crate::boot`) then
+//! publishes the policy version and starts the jobs. Tests build it the same
+//! way, with a fresh database, so they exercise exactly what production runs.
 
 use crate::backends::http::HttpBackend;
 use crate::backends::mysql::MysqlBackend;
@@ -15,6 +16,7 @@ use crate::config::{BackendConfig, Config};
 use crate::instance::Instance;
 use crate::keys::{manage, Kek, KeyRing};
 use crate::metrics::Metrics;
+use crate::policy::in_force::PolicyInForce;
 use crate::policy::PolicyEngine;
 use crate::store::capabilities::HeldCapability;
 use crate::store::instances::RegisterInstance;
@@ -31,11 +33,8 @@ pub struct App {
     pub store: Store,
     pub kek: Kek,
     pub keys: Arc<KeyRing>,
-    policy: RwLock<Arc<PolicyEngine>>,
-    /// Seals and checks published policy versions (a key derived from the KEK).
-    pub policy_seal: Arc<crate::policy_versions::PolicySeal>,
-    /// Which published version `policy` is (see [`crate::policy_versions`]).
-    policy_in_force: RwLock<crate::policy_versions::InForce>,
+    /// The policy set in force, its published version, seal and reload lock.
+    pub policy_in_force: PolicyInForce,
     pub backends: BTreeMap<String, Arc<dyn Backend>>,
     /// SHA-256 of the admin token; `None` disables the admin API.
     pub admin_token_hash: Option<String>,
@@ -44,8 +43,6 @@ pub struct App {
     pub runs: RunCache,
     /// Issued capabilities and their runs (see [`HeldCache`]).
     pub held: HeldCache,
-    /// Serialises policy reloads (see [`crate::policy_reload`]).
-    pub policy_reload_lock: tokio::sync::Mutex<()>,
     /// Wakes the revocation worker when the outbox gains rows.
     pub revocation_wakeup: tokio::sync::Notify,
     /// Bumped by every approval decision here: long-polls wake at once (and
@@ -64,8 +61,8 @@ pub struct App {
     /// The highest audit row this process has checkpointed.
     pub last_checkpoint: std::sync::atomic::AtomicI64,
     witness: std::sync::OnceLock<Option<reqwest::Client>>,
-    /// Credential injection's per-run CAs and placeholders (`gateway::inject`).
-    pub injection: crate::gateway::inject::Sessions,
+    /// Credential injection's per-run CAs and placeholders (`injection`).
+    pub injection: crate::injection::Sessions,
     /// DPoP proof checks, their replay cache and nonces (`dpop`).
     pub dpop: crate::dpop::Dpop,
 }
@@ -87,7 +84,7 @@ impl App {
         .await
         .context("opening the store")?;
         // The audit key first: no row is written before the chain is keyed.
-        let audit_key = crate::audit::key::load_or_create(&store, &kek, clock.now())
+        let audit_key = crate::audit::key_store::load_or_create(&store, &kek, clock.now())
             .await
             .context("loading the audit key")?;
         store.writer().install_audit_key(Arc::new(audit_key));
@@ -128,19 +125,17 @@ impl App {
             };
             backends.insert(name.clone(), backend);
         }
-        let injection = crate::gateway::inject::Sessions::new(&config);
+        let injection = crate::injection::Sessions::new(&config);
         let dpop =
             crate::dpop::Dpop::new(config.oauth.issuer.clone(), config.oauth.dpop_nonce, &kek);
         let app = Arc::new(App {
-            policy_in_force: RwLock::new(crate::policy_versions::InForce::default()),
-            policy_seal: Arc::new(crate::policy_versions::PolicySeal::new(&kek)),
+            policy_in_force: PolicyInForce::new(policy, &kek),
             injection,
             dpop,
             config,
             store,
             kek,
             keys,
-            policy: RwLock::new(Arc::new(policy)),
             backends,
             admin_token_hash,
             metrics: Metrics::new(),
@@ -150,7 +145,6 @@ impl App {
             clock,
             runs: RunCache::new(RUN_CACHE_MAX),
             held: HeldCache::new(HELD_CACHE_MAX),
-            policy_reload_lock: tokio::sync::Mutex::new(()),
             revocation_wakeup: tokio::sync::Notify::new(),
             approvals_changed: tokio::sync::watch::Sender::new(0),
             webhook_wakeup: tokio::sync::Notify::new(),
@@ -158,19 +152,12 @@ impl App {
             stopping: tokio::sync::watch::Sender::new(false),
             health: crate::health::Health::default(),
         });
-        // One policy version for every replica on this store.
-        crate::policy_versions::publish_at_start(&app)
-            .await
-            .context("publishing the policy version")?;
         Ok(app)
     }
 
     /// The policy set in force; requests hold their snapshot for their whole life.
     pub fn policy(&self) -> Arc<PolicyEngine> {
-        match self.policy.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.policy_in_force.engine()
     }
 
     /// The HTTP client for the audit witness, if one is configured (built once).
@@ -185,30 +172,6 @@ impl App {
                     .ok()
             })
             .as_ref()
-    }
-
-    /// The published policy version in force here.
-    pub fn policy_in_force(&self) -> crate::policy_versions::InForce {
-        match self.policy_in_force.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
-    }
-
-    pub fn set_policy_in_force(&self, v: crate::policy_versions::InForce) {
-        match self.policy_in_force.write() {
-            Ok(mut g) => *g = v,
-            Err(p) => *p.into_inner() = v,
-        }
-    }
-
-    /// Swaps in a new, already validated policy set atomically.
-    pub fn replace_policy(&self, engine: PolicyEngine) {
-        let mut g = match self.policy.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        *g = Arc::new(engine);
     }
 }
 

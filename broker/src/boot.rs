@@ -30,7 +30,7 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    match crate::server::rlimit::raise_open_files() {
+    match crate::rlimit::raise_open_files() {
         Some((before, after)) if after > before => {
             tracing::info!(
                 before,
@@ -75,6 +75,10 @@ pub async fn serve(
     let policies = policy.policy_count();
     let decision_cache = policy.decision_cache_summary();
     let app = App::build(config, kek, policy, admin, clock).await?;
+    // One policy version for every replica on this store.
+    crate::policy_versions::publish_at_start(&app)
+        .await
+        .context("publishing the policy version")?;
     let jobs = crate::jobs::start(&app);
 
     let listener = tokio::net::TcpListener::bind(listen)

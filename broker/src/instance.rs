@@ -9,8 +9,6 @@
 //! stale heartbeat — so claimed work is taken over within seconds, never
 //! after a fixed two-minute claim.
 
-use crate::store::instances::InstanceRow;
-
 /// How often a live instance renews its heartbeat and its claims.
 pub const HEARTBEAT_SECS: i64 = 2;
 /// A heartbeat older than this means the instance is gone. Longer than the
@@ -33,6 +31,17 @@ pub struct Instance {
     /// The process start time (clock ticks since boot, `/proc/<pid>/stat`
     /// field 22): with the pid, names one process even after pid reuse.
     pub pid_start: String,
+}
+
+/// An instance as the store records it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct InstanceRow {
+    pub id: String,
+    pub machine: String,
+    pub pid: i64,
+    pub pid_start: String,
+    pub heartbeat_at: i64,
+    pub stopped_at: Option<i64>,
 }
 
 impl Instance {

@@ -4,7 +4,7 @@
 //! Why here and not in [`crate::policy`]: a reload is an operational event with an
 //! audit row and a fail-closed rule, not a policy-language concern. The rules:
 //! - a new set is loaded and validated completely before anything changes; a valid
-//!   set is swapped in whole ([`crate::app::App::replace_policy`]), so a request
+//!   set is swapped in whole ([`crate::policy::in_force::PolicyInForce::replace_engine`]), so a request
 //!   sees either the old set or the new one, never a mix;
 //! - an invalid set is rejected with its errors and the old set stays in force;
 //! - every reload or rejection is audited *before* it takes effect: when the audit
@@ -23,7 +23,6 @@ use crate::app::App;
 use crate::audit::{events, AuditEvent};
 use crate::policy::files::{fingerprint, PolicyFiles};
 use crate::policy::PolicyLoadError;
-use crate::store::capabilities::{RevokeCapability, Revoker};
 use crate::store::writer::AppendAudit;
 use crate::store::StoreError;
 
@@ -61,7 +60,7 @@ pub async fn reload(
     trigger: Trigger,
     request_id: Option<String>,
 ) -> Result<Reloaded, ReloadError> {
-    let _one_at_a_time = app.policy_reload_lock.lock().await;
+    let _one_at_a_time = app.policy_in_force.reload_lock().lock().await;
     let dir = app.config.policy_dir.clone();
     let loaded = tokio::task::spawn_blocking(move || match PolicyFiles::read_dir(&dir) {
         Ok(files) => {
@@ -136,13 +135,14 @@ pub async fn reload(
                 }
             };
             let version = published.version();
-            app.replace_policy(engine);
-            app.set_policy_in_force(crate::policy_versions::InForce {
-                version,
-                sha256: sha256.clone(),
-            });
+            app.policy_in_force.replace_engine(engine);
+            app.policy_in_force
+                .set_version(crate::policy::in_force::InForce {
+                    version,
+                    sha256: sha256.clone(),
+                });
             app.health.policy_loaded();
-            revoke_stale(app, &stale, audit_request_id).await;
+            crate::grant::reauthorize::revoke_stale(app, &stale, audit_request_id).await;
             app.metrics.background("policy_reload", "reloaded");
             tracing::info!(trigger, version, policies, %sha256, revoked, %decision_cache, "policy reloaded");
             Ok(Reloaded {
@@ -195,44 +195,6 @@ pub async fn reload(
             }
             Err(ReloadError::Invalid(errors))
         }
-    }
-}
-
-/// Revokes (with their leases) the live capabilities a new policy set no
-/// longer issues, found by [`crate::grant::reauthorize::stale`] before it came into
-/// force. A capability missed here (a crash, a store error) is still refused
-/// at its next exchange, which re-decides it under the policy in force.
-pub(crate) async fn revoke_stale(
-    app: &App,
-    stale: &[crate::store::capabilities::HeldCapability],
-    request_id: Option<String>,
-) {
-    // Submitted together, so the writer commits them in a few batches.
-    let revocations = stale.iter().map(|held| {
-        let mut ev = AuditEvent::new(events::CAPABILITY_REVOKED, "policy", "allow");
-        ev.capability_id = Some(held.id.clone());
-        ev.action = Some(held.action.clone());
-        ev.resource = Some(held.resource.clone());
-        ev.reason = Some("policy_changed".into());
-        ev.request_id = request_id.clone();
-        app.store.writer().submit(RevokeCapability {
-            capability_id: held.id.clone(),
-            by: Revoker::Admin,
-            audit: ev,
-            reason: "policy_changed",
-            audit_noop: true,
-        })
-    });
-    for (held, done) in stale
-        .iter()
-        .zip(futures_util::future::join_all(revocations).await)
-    {
-        if let Err(e) = done {
-            tracing::error!(error = %e, capability = %held.id, "could not revoke a capability the new policy no longer grants; its exchange is refused all the same");
-        }
-    }
-    if !stale.is_empty() {
-        app.revocation_wakeup.notify_one();
     }
 }
 

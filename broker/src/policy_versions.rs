@@ -21,59 +21,12 @@
 
 use crate::app::App;
 use crate::audit::AuditEvent;
-use crate::keys::Kek;
 use crate::policy::files::PolicyFiles;
+use crate::policy::in_force::InForce;
 use crate::policy::PolicyEngine;
-use crate::store::policy_versions::{self as stored, Published, Seal, VersionRow};
+use crate::store::policy_versions::{self as stored, Published, Seal};
 use crate::store::StoreError;
-use ring::hmac;
 use std::path::Path;
-
-/// The version this replica enforces (0 before the first publication).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InForce {
-    pub version: i64,
-    pub sha256: String,
-}
-
-/// Seals and checks published versions.
-pub struct PolicySeal(hmac::Key);
-
-impl std::fmt::Debug for PolicySeal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PolicySeal([redacted])")
-    }
-}
-
-impl PolicySeal {
-    pub fn new(kek: &Kek) -> Self {
-        let key = kek.derive("tessera policy versions v1");
-        PolicySeal(hmac::Key::new(hmac::HMAC_SHA256, &key[..]))
-    }
-
-    fn message(row: &VersionRow) -> Vec<u8> {
-        let mut m = Vec::with_capacity(row.sources.len() + 128);
-        m.extend_from_slice(&row.version.to_be_bytes());
-        m.extend_from_slice(&row.published_at.to_be_bytes());
-        for part in [&row.sha256, &row.trigger, &row.replica, &row.sources] {
-            m.extend_from_slice(&(part.len() as u64).to_be_bytes());
-            m.extend_from_slice(part.as_bytes());
-        }
-        m
-    }
-}
-
-impl stored::Seal for PolicySeal {
-    fn seal(&self, row: &VersionRow) -> String {
-        crate::ids::hex(hmac::sign(&self.0, &Self::message(row)).as_ref())
-    }
-
-    /// True when `row` was published by a broker holding this KEK, unaltered.
-    fn verifies(&self, row: &VersionRow) -> bool {
-        crate::ids::unhex(&row.mac)
-            .is_some_and(|tag| hmac::verify(&self.0, &Self::message(row), &tag).is_ok())
-    }
-}
 
 /// Publishes `files` unless the newest version has them; returns what was
 /// done. `audit_unchanged`: audit even when nothing changes.
@@ -93,8 +46,8 @@ pub async fn publish(
             sources,
             trigger: trigger.to_owned(),
             replica: app.instance.id.clone(),
-            after: app.policy_in_force().version,
-            seal: app.policy_seal.clone(),
+            after: app.policy_in_force.version().version,
+            seal: app.policy_in_force.seal().clone(),
             audit,
             audit_unchanged,
         })
@@ -122,7 +75,7 @@ pub async fn publish_at_start(app: &App) -> anyhow::Result<()> {
     if matches!(app.store.dialect(), crate::store::Dialect::Postgres) {
         match adopt_newest(app, 0).await {
             Ok(Some(version)) => {
-                let in_force = app.policy_in_force().sha256;
+                let in_force = app.policy_in_force.version().sha256;
                 if in_force != sha256 {
                     tracing::warn!(version, published = %in_force, files = %sha256,
                         "the policy files here differ from the published version in force; \
@@ -140,8 +93,9 @@ pub async fn publish_at_start(app: &App) -> anyhow::Result<()> {
                 tracing::error!(version, %errors,
                     "the newest published policy version does not compile here (an older broker?); \
                      serving this broker's own files, unpublished, and reporting policy_behind");
-                app.replace_policy(engine);
-                app.set_policy_in_force(InForce { version: 0, sha256 });
+                app.policy_in_force.replace_engine(engine);
+                app.policy_in_force
+                    .set_version(InForce { version: 0, sha256 });
                 app.health.policy_behind_from_start(version);
                 return Ok(());
             }
@@ -164,10 +118,10 @@ pub async fn publish_at_start(app: &App) -> anyhow::Result<()> {
         engine.policy_count(),
         stale.len()
     ));
-    app.replace_policy(engine);
+    app.policy_in_force.replace_engine(engine);
     let published = publish(app, &files, &sha256, "start", audit, false).await?;
-    crate::policy_reload::revoke_stale(app, &stale, None).await;
-    app.set_policy_in_force(InForce {
+    crate::grant::reauthorize::revoke_stale(app, &stale, None).await;
+    app.policy_in_force.set_version(InForce {
         version: published.version(),
         sha256: sha256.clone(),
     });
@@ -198,7 +152,7 @@ pub async fn adopt_newest(app: &App, above: i64) -> Result<Option<i64>, AdoptErr
     let mut rows = stored::Descending::new(above);
     while let Some(row) = rows.next(&app.store).await? {
         let files = serde_json::from_str::<PolicyFiles>(&row.sources).ok();
-        let genuine = app.policy_seal.verifies(&row)
+        let genuine = app.policy_in_force.seal().verifies(&row)
             && files.as_ref().is_some_and(|f| f.sha256() == row.sha256);
         let (true, Some(files)) = (genuine, files) else {
             tracing::error!(version = row.version, "a published policy version is not sealed by a broker holding this KEK (written to the store directly?); refused");
@@ -218,8 +172,8 @@ pub async fn adopt_newest(app: &App, above: i64) -> Result<Option<i64>, AdoptErr
             errors: e.to_string(),
         })?;
         let policies = engine.policy_count();
-        app.replace_policy(engine);
-        app.set_policy_in_force(InForce {
+        app.policy_in_force.replace_engine(engine);
+        app.policy_in_force.set_version(InForce {
             version,
             sha256: row.sha256.clone(),
         });

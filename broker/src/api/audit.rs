@@ -216,10 +216,12 @@ pub async fn check_checkpoints(
             format!("at most {MAX_CHECKPOINTS_PER_CHECK} checkpoints per request"),
         ));
     }
-    let keys = crate::audit::checkpoint::verifying_keys(&app)
+    let keys = crate::jobs::checkpoints::verifying_keys(&app)
         .await
         .ok_or_else(ApiError::unavailable)?;
-    let results = crate::audit::checkpoint::check(&app, &keys, &req.checkpoints).await?;
+    let results =
+        crate::audit::checkpoint::check(&app.store, &app.config.issuer, &keys, &req.checkpoints)
+            .await?;
     Ok(Json(CheckpointsResponse { results }))
 }
 
@@ -266,11 +268,16 @@ pub async fn record_export(
     if !hex64(&req.sha256) || !hex64(&req.last_hash) {
         return Err(invalid("sha256 and last_hash are 64 hex digits"));
     }
-    let keys = crate::audit::checkpoint::verifying_keys(&app)
+    let keys = crate::jobs::checkpoints::verifying_keys(&app)
         .await
         .ok_or_else(ApiError::unavailable)?;
-    let checked =
-        crate::audit::checkpoint::check(&app, &keys, std::slice::from_ref(&req.checkpoint)).await?;
+    let checked = crate::audit::checkpoint::check(
+        &app.store,
+        &app.config.issuer,
+        &keys,
+        std::slice::from_ref(&req.checkpoint),
+    )
+    .await?;
     let matches = checked
         .first()
         .is_some_and(|c| c.status == "matches" && c.seq == req.last_seq);

@@ -60,7 +60,7 @@ pub async fn status(
     let mut published_policy = None;
     let mut rows = policy_versions::Descending::new(0);
     while let Some(row) = rows.next(&app.store).await? {
-        if !app.policy_seal.verifies(&row) {
+        if !app.policy_in_force.seal().verifies(&row) {
             // Named up to a bound; the log and the table have the rest.
             if unsealed_versions.len() < MAX_UNSEALED_SHOWN {
                 unsealed_versions.push(row.version);
@@ -77,7 +77,7 @@ pub async fn status(
         break;
     }
     let rows = instances::running(&app.store, now - FORGOTTEN_AFTER_SECS).await?;
-    let in_force = app.policy_in_force();
+    let in_force = app.policy_in_force.version();
     let kid = app.keys.snapshot().signer(now).kid().to_owned();
     let me = &app.instance.id;
     let mut replicas: Vec<ReplicaStatus> = rows

@@ -15,6 +15,7 @@ use serde::Serialize;
 pub mod checkpoint;
 pub mod events;
 pub mod key;
+pub mod key_store;
 pub mod query;
 pub mod segments;
 pub mod verify;

@@ -19,6 +19,7 @@ pub mod mysql;
 pub mod net;
 pub mod oauth;
 pub mod postgres;
+pub mod references;
 pub mod secret;
 pub mod settings;
 pub mod strict;

@@ -161,21 +161,8 @@ pub struct TlsConfig {
     pub require_runtime_client_cert: bool,
 }
 
-/// Where the store lives.
-#[derive(Clone)]
-pub enum StoreUrl {
-    Sqlite(PathBuf),
-    Postgres(secrecy::SecretString),
-}
-
-impl std::fmt::Debug for StoreUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreUrl::Sqlite(p) => write!(f, "Sqlite({})", p.display()),
-            StoreUrl::Postgres(_) => f.write_str("Postgres([redacted])"),
-        }
-    }
-}
+/// Where the store lives (its own type: the store imports no configuration).
+pub use crate::store::location::StoreUrl;
 
 /// The validated configuration the broker runs with.
 #[derive(Debug, Clone)]
@@ -400,8 +387,8 @@ impl Config {
                 backends.insert(name, b);
             }
         }
-        p.take(crate::backends::http::settings::check_references(&backends));
-        p.take(crate::backends::oauth::settings::check_unique(&backends));
+        p.take(crate::backends::references::check_references(&backends));
+        p.take(crate::backends::references::check_unique(&backends));
         let oauth = p
             .take(oauth::resolve(
                 raw.oauth,

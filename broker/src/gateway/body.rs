@@ -5,8 +5,8 @@
 //! one an approval is bound to) is read here, once, within the memory bodies
 //! read whole may hold ([`Whole`]), and sent framed by its length.
 
-use super::inject::intercept::Tally;
-use super::traffic::{Conn, Cut};
+pub use super::traffic::Direction;
+use super::traffic::{Conn, Cut, Tally};
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,12 +14,6 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
-
-#[derive(Clone, Copy)]
-pub enum Direction {
-    Up,
-    Down,
-}
 
 pub enum ProxyBody {
     /// The gateway's own answer.

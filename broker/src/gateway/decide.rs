@@ -19,7 +19,6 @@
 //! `gateway.end_run_on_deny` or the forbid's `@on_deny("end_run")` says so.
 
 use super::addresses::{self, Range};
-use super::inject::sessions::placeholders_in;
 use super::refusal::{Code, Refusal};
 use super::traffic::{Conn, Limits};
 use super::Gateway;
@@ -28,6 +27,7 @@ use crate::backends::net::cidr::Cidr;
 use crate::backends::net::grammar::{Destination, Host, CONNECT};
 use crate::grant::approval::Binding;
 use crate::grant::{self, record, ApprovalRefusal, Ask, Decided, Door, Refused};
+use crate::injection::sessions::placeholders_in;
 use crate::store::runs::RunRecord;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

@@ -17,6 +17,7 @@
 //! - [`addresses`]: the ranges a sandbox must never be connected to; [`dns`].
 
 pub mod addresses;
+pub mod answer;
 pub mod body;
 pub mod decide;
 pub mod dns;

@@ -9,9 +9,9 @@
 //! required to name the destination decided (a `Host` naming another virtual
 //! host on the same address would reach a destination policy never saw).
 
+use super::answer::{refusal_response, strip_hop_by_hop};
 use super::body::{whole_upstream, Direction, ProxyBody};
 use super::decide::{audit_for, Allowed, Bound, Denial};
-use super::inject::sessions::placeholders_in;
 use super::refusal::{Code, Refusal};
 use super::sni::{read_client_hello, HelloError};
 use super::traffic::Cut;
@@ -19,6 +19,7 @@ use super::Gateway;
 use crate::backends::net::grammar::{normalise, Destination, Host};
 use crate::grant::run_token::{run_from, RunTokenError};
 use crate::grant::Door;
+use crate::injection::sessions::placeholders_in;
 use crate::store::runs::RunRecord;
 use base64::Engine as _;
 use hyper::body::Incoming;
@@ -30,33 +31,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-
-pub(super) fn refusal_response(r: &Refusal) -> Response<ProxyBody> {
-    let mut resp = Response::new(ProxyBody::text(r.body()));
-    *resp.status_mut() = r.code.status();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if let Some(id) = r
-        .approval_id
-        .as_deref()
-        .and_then(|id| HeaderValue::from_str(id).ok())
-    {
-        h.insert(super::refusal::APPROVAL_ID_HEADER, id);
-    }
-    if r.code == Code::ProxyAuthRequired {
-        // A connection that failed to authenticate gets no second try on it:
-        // a client holding idle connections with made-up tokens holds nothing.
-        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        h.insert(
-            header::PROXY_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"tessera\", Bearer realm=\"tessera\""),
-        );
-    }
-    resp
-}
 
 /// The run token a client presents: `Bearer TOKEN`, or `Basic` with the token
 /// as the password (what `http://user:TOKEN@gateway` proxy URLs send).
@@ -223,32 +197,6 @@ async fn tunnel(
         super::relay::relay(client, upstream, &conn, gw.config.max_connection_duration).await;
     });
     Ok(Response::new(ProxyBody::empty()))
-}
-
-/// Request headers that belong to the hop between client and proxy.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-];
-
-pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_ascii_lowercase())
-        .filter(|s| !s.is_empty())
-        .collect();
-    for h in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(named) {
-        headers.remove(h.as_str());
-    }
 }
 
 /// About how many bytes a request or response head takes on the wire.

@@ -1,7 +1,8 @@
 //! What each run is doing through the gateway: its open connections, the bytes
 //! it sent and received, and a signal that cuts all of them at once; and each
 //! connection's own record, which writes its `egress.closed` audit row when the
-//! connection is gone, whatever ended it.
+//! connection is gone, whatever ended it; and an injected exchange's
+//! [`Tally`], which writes its `egress.response` row when both bodies are done.
 //!
 //! Why in memory: the limits are the gateway process's (docs/gateway.md says so);
 //! the audit rows, written through the store, are the durable account.
@@ -11,9 +12,16 @@ use crate::audit::{events, AuditEvent};
 use crate::store::writer::AppendAudit;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+/// Which way bytes go: from the tool (`Up`) or to it (`Down`).
+#[derive(Clone, Copy)]
+pub enum Direction {
+    Up,
+    Down,
+}
 
 /// One run's traffic through this gateway.
 pub struct RunTraffic {
@@ -240,6 +248,70 @@ impl Drop for Conn {
             rt.spawn(async move {
                 if let Err(e) = app.store.writer().submit(AppendAudit(ev)).await {
                     tracing::error!(error = %e, "cannot audit the end of an egress connection");
+                }
+            });
+        }
+    }
+}
+
+/// One injected exchange's account: its `egress.response` row (status, bytes,
+/// duration) is written when both bodies are done with it.
+pub struct Tally {
+    app: AppState,
+    audit: AuditEvent,
+    pub up: AtomicU64,
+    pub down: AtomicU64,
+    pub status: AtomicU16,
+    started: std::time::Instant,
+}
+
+impl Tally {
+    pub fn new(app: AppState, audit: AuditEvent) -> Tally {
+        Tally {
+            app,
+            audit,
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            status: AtomicU16::new(0),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    pub fn add(&self, direction: Direction, n: usize) {
+        match direction {
+            Direction::Up => self.up.fetch_add(n as u64, Ordering::Relaxed),
+            Direction::Down => self.down.fetch_add(n as u64, Ordering::Relaxed),
+        };
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        let status = self.status.load(Ordering::Relaxed);
+        let mut ev = self.audit.clone();
+        ev.event = events::EGRESS_RESPONSE;
+        ev.decision = "allow";
+        ev.reason = Some(if status == 0 {
+            "no_response".to_owned()
+        } else {
+            status.to_string()
+        });
+        ev.detail = Some(format!(
+            "{} status={status} bytes_up={} bytes_down={} duration_ms={}",
+            self.audit
+                .detail
+                .as_deref()
+                .and_then(|d| d.split(" policies=").next())
+                .unwrap_or_default(),
+            self.up.load(Ordering::Relaxed),
+            self.down.load(Ordering::Relaxed),
+            self.started.elapsed().as_millis()
+        ));
+        let app = self.app.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = app.store.writer().submit(AppendAudit(ev)).await {
+                    tracing::error!(error = %e, "cannot audit an injected exchange");
                 }
             });
         }

@@ -1,5 +1,6 @@
 //! Small, strict grammars shared by policy annotations and configuration:
-//! durations (`"1h30m"`) and rates (`"60/min"`).
+//! durations (`"1h30m"`), rates (`"60/min"`) and approval gates
+//! (`"2 of group:release"`).
 //!
 //! Why: constraints in Cedar annotations (`@ttl`, `@rate`) and server-wide caps in
 //! `tessera.toml` must mean exactly the same thing, so they share one parser.
@@ -10,6 +11,7 @@
 //! - a [`GrammarError`] names what was wrong and never echoes more than 64 characters
 //!   of the input (inputs may come from untrusted requests and end up in logs).
 
+pub mod approval_gate;
 pub mod duration;
 pub mod rate;
 

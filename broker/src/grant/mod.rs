@@ -26,6 +26,7 @@
 //! (`layering.rs` checks it), so a new door cannot drift from the others.
 
 pub mod approval;
+pub mod ask;
 pub mod decide;
 pub mod door;
 pub mod event;
@@ -35,7 +36,8 @@ pub mod record;
 pub mod refused;
 pub mod run_token;
 
-pub use decide::{decide, Ask, Decided};
+pub use ask::{Ask, Decided};
+pub use decide::decide;
 pub use door::Door;
 pub use record::Permit;
 pub use refused::{ApprovalRefusal, Refused};

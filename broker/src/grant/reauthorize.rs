@@ -22,13 +22,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::app::App;
+use crate::audit::{events, AuditEvent};
 use crate::capability::CapabilityClaims;
 use crate::config::{BackendConfig, Limits};
 use crate::policy::admit;
 use crate::policy::effective::Effective;
 use crate::policy::{PolicyDecision, PolicyEngine, PolicyRequest};
 use crate::resource::Resource;
-use crate::store::capabilities::HeldCapability;
+use crate::store::capabilities::{HeldCapability, RevokeCapability, Revoker};
 use crate::store::runs::RunRecord;
 use crate::store::{Store, StoreError};
 
@@ -145,4 +147,38 @@ pub async fn stale(
         .filter(|(held, run)| !still_permitted(engine, backends, limits, held, run, now))
         .map(|(held, _)| held)
         .collect())
+}
+
+/// Revokes (with their leases) the live capabilities a new policy set no
+/// longer issues, found by [`stale`] before it came into
+/// force. A capability missed here (a crash, a store error) is still refused
+/// at its next exchange, which re-decides it under the policy in force.
+pub async fn revoke_stale(app: &App, stale: &[HeldCapability], request_id: Option<String>) {
+    // Submitted together, so the writer commits them in a few batches.
+    let revocations = stale.iter().map(|held| {
+        let mut ev = AuditEvent::new(events::CAPABILITY_REVOKED, "policy", "allow");
+        ev.capability_id = Some(held.id.clone());
+        ev.action = Some(held.action.clone());
+        ev.resource = Some(held.resource.clone());
+        ev.reason = Some("policy_changed".into());
+        ev.request_id = request_id.clone();
+        app.store.writer().submit(RevokeCapability {
+            capability_id: held.id.clone(),
+            by: Revoker::Admin,
+            audit: ev,
+            reason: "policy_changed",
+            audit_noop: true,
+        })
+    });
+    for (held, done) in stale
+        .iter()
+        .zip(futures_util::future::join_all(revocations).await)
+    {
+        if let Err(e) = done {
+            tracing::error!(error = %e, capability = %held.id, "could not revoke a capability the new policy no longer grants; its exchange is refused all the same");
+        }
+    }
+    if !stale.is_empty() {
+        app.revocation_wakeup.notify_one();
+    }
 }

@@ -17,6 +17,7 @@
 //! listing them together keeps the serve path a list of calls, and tests run
 //! no jobs — they call `revocation::run_once` and `expiry::sweep` themselves.
 
+pub mod checkpoints;
 pub mod expiry;
 pub mod keys;
 pub mod policy;
@@ -46,7 +47,7 @@ pub fn start(app: &AppState) -> Running {
         tokio::spawn(crate::policy_reload::watch(app.clone(), every));
     }
     tokio::spawn(warn_unsafe_defaults(app.clone()));
-    tokio::spawn(crate::audit::checkpoint::run_witness(app.clone()));
+    tokio::spawn(checkpoints::run_witness(app.clone()));
     tokio::spawn(webhooks::run(app.clone()));
     tokio::spawn(retention::run(app.clone()));
     if crate::store::run_index::trails(app.store.dialect()) {
@@ -56,7 +57,7 @@ pub fn start(app: &AppState) -> Running {
         app: app.clone(),
         revocation_worker: tokio::spawn(revocation::run(app.clone())),
         heartbeat: tokio::spawn(revocation::heartbeat(app.clone())),
-        checkpoints: tokio::spawn(crate::audit::checkpoint::run(app.clone())),
+        checkpoints: tokio::spawn(checkpoints::run(app.clone())),
     }
 }
 

@@ -36,7 +36,7 @@ pub async fn sync(app: AppState) {
         tick.tick().await;
         match crate::store::policy_versions::marker(&app.store).await {
             Ok(Some(head)) => {
-                let in_force = app.policy_in_force().version;
+                let in_force = app.policy_in_force.version().version;
                 // Versions only ever grow: a newest one below the one in force
                 // means rows were removed underneath the brokers.
                 let back = head.highest < in_force;
@@ -56,7 +56,7 @@ pub async fn sync(app: AppState) {
             // The store's state is readiness's to report; the next tick retries.
             Err(e) => tracing::debug!(error = %e, "policy sync could not read the store"),
         }
-        let in_force = app.policy_in_force();
+        let in_force = app.policy_in_force.version();
         let kid = app.keys.snapshot().signer(app.clock.now()).kid().to_owned();
         let now = (in_force.version, kid.clone());
         if reported.as_ref() != Some(&now) {
@@ -80,8 +80,8 @@ pub async fn sync(app: AppState) {
 async fn adopt_newer(app: &AppState) -> bool {
     use crate::policy_versions::{adopt_newest, AdoptError};
     // Not while a reload here is deciding what to publish.
-    let _one_at_a_time = app.policy_reload_lock.lock().await;
-    let in_force = app.policy_in_force().version;
+    let _one_at_a_time = app.policy_in_force.reload_lock().lock().await;
+    let in_force = app.policy_in_force.version().version;
     match adopt_newest(app, in_force).await {
         Ok(Some(v)) => app.health.policy_sync_saw(v, v),
         Ok(None) => app.health.policy_sync_saw(in_force, in_force),

@@ -132,12 +132,16 @@ async fn audit_target_holds(
     let Some(key) = app.store.writer().audit_key() else {
         return Ok(false);
     };
-    let Some(keys) = crate::audit::checkpoint::verifying_keys(app).await else {
+    let Some(keys) = super::checkpoints::verifying_keys(app).await else {
         return Ok(false);
     };
-    let checked =
-        crate::audit::checkpoint::check(app, &keys, std::slice::from_ref(&target.checkpoint))
-            .await?;
+    let checked = crate::audit::checkpoint::check(
+        &app.store,
+        &app.config.issuer,
+        &keys,
+        std::slice::from_ref(&target.checkpoint),
+    )
+    .await?;
     if !checked
         .first()
         .is_some_and(|r| r.seq == seq && r.status == "matches")

@@ -65,10 +65,6 @@ impl<'a> Named<'a> {
     }
 }
 
-pub(super) fn load_dir(dir: &Path) -> Result<PolicyEngine, PolicyLoadError> {
-    super::files::PolicyFiles::read_dir(dir)?.compile(dir)
-}
-
 pub(super) fn one(d: PolicyDiagnostic) -> PolicyLoadError {
     PolicyLoadError {
         diagnostics: vec![d],

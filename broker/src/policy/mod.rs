@@ -14,7 +14,9 @@
 
 pub mod admit;
 mod annotations;
-pub mod approval_gate;
+// The `@approval` grammar lives with the other grammars: the store checks a gate
+// inside the transaction that records a vote, and imports no policy.
+pub use crate::grammar::approval_gate;
 mod assemble;
 pub mod cases;
 mod context;
@@ -24,6 +26,7 @@ pub mod example;
 pub mod explain;
 pub mod files;
 mod glob;
+pub mod in_force;
 mod lint;
 mod load;
 mod resource_set;
@@ -249,7 +252,7 @@ impl PolicyEngine {
     /// DIR/entities.json; validates policies against the schema in strict mode and
     /// parses and checks annotations.
     pub fn load_dir(dir: &Path) -> Result<PolicyEngine, PolicyLoadError> {
-        load::load_dir(dir)
+        files::PolicyFiles::read_dir(dir)?.compile(dir)
     }
 
     /// Same as [`PolicyEngine::load_dir`] from in-memory sources:

@@ -20,7 +20,7 @@
 //! every request of the connection as [`ClientCertificate`].
 
 mod activity;
-pub mod rlimit;
+
 mod tls;
 
 pub use tls::{
@@ -94,7 +94,7 @@ pub fn connection_cap(http: &HttpConfig) -> usize {
     match http.max_connections {
         Some(n) => n as usize,
         None => {
-            let soft = rlimit::open_files().unwrap_or(1024);
+            let soft = crate::rlimit::open_files().unwrap_or(1024);
             soft.saturating_sub(RESERVED_FDS + http.reserved_fds)
                 .clamp(16, DEFAULT_CAP_MAX) as usize
         }
@@ -164,7 +164,7 @@ pub async fn serve(
                     // keep this from happening, so say so when it does.
                     if throttle(&mut warned_accept) {
                         if matches!(e.raw_os_error(), Some(23) | Some(24)) {
-                            tracing::error!(error = %e, open_files_limit = ?rlimit::open_files(),
+                            tracing::error!(error = %e, open_files_limit = ?crate::rlimit::open_files(),
                                 open_connections = cap - slots.available_permits(),
                                 "out of file descriptors: new connections wait; raise the limit (LimitNOFILE, ulimit -n) or lower http.max_connections");
                         } else {

@@ -17,7 +17,7 @@ use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, Store, StoreError};
 use crate::audit::{events, AuditEvent};
-use crate::policy::approval_gate::{self, ApproverRule};
+use crate::grammar::approval_gate::{self, ApproverRule};
 use std::sync::Arc;
 use tessera_client::types::ApprovalStatus;
 
@@ -155,12 +155,12 @@ impl WriteOp for RequestApproval {
                 .await?;
             let active = match &run {
                 Some(row) => {
-                    let state = super::runs::RunState::of(
+                    let state = super::run_state::RunState::of(
                         row.try_get("ended_at")?,
                         row.try_get("expires_at")?,
                         now,
                     );
-                    state == super::runs::RunState::Active
+                    state == super::run_state::RunState::Active
                 }
                 None => false,
             };
@@ -311,7 +311,7 @@ impl WriteOp for Decide {
                 return Ok(Decided::Unknown);
             };
             let record = record_from(&row).map_err(|e| sqlx::Error::Decode(e.into()))?;
-            let run_state = super::runs::RunState::of(
+            let run_state = super::run_state::RunState::of(
                 row.try_get("run_ended_at")?,
                 row.try_get("run_expires_at")?,
                 now,
@@ -320,7 +320,7 @@ impl WriteOp for Decide {
             if status != ApprovalStatus::Pending {
                 return Ok(Decided::AlreadyDecided(status));
             }
-            if run_state != super::runs::RunState::Active {
+            if run_state != super::run_state::RunState::Active {
                 return Ok(Decided::AlreadyDecided(ApprovalStatus::Cancelled));
             }
             let (approver, user) = match &self.voter {
@@ -535,30 +535,6 @@ pub(crate) async fn cancel_for_run(
         .execute(&mut ctx.conn)
         .await?
         .rows_affected())
-}
-
-/// Redeems approval `id` for capability `capability_id` of `run_id`: true when
-/// it was approved, unexpired, unredeemed and that run's (now redeemed).
-pub(crate) async fn redeem(
-    ctx: &mut WriteCtx<'_>,
-    id: &str,
-    run_id: &str,
-    capability_id: &str,
-    now: i64,
-) -> Result<bool, sqlx::Error> {
-    let q = ctx.sql(
-        "UPDATE approvals SET capability_id = $1 WHERE id = $2 AND run_id = $3 \
-         AND status = 'approved' AND capability_id IS NULL AND expires_at > $4",
-    );
-    Ok(stmt(&q)
-        .bind(capability_id)
-        .bind(id)
-        .bind(run_id)
-        .bind(now)
-        .execute(&mut ctx.conn)
-        .await?
-        .rows_affected()
-        == 1)
 }
 
 fn view_from(row: &sqlx::any::AnyRow) -> Result<ApprovalView, StoreError> {

@@ -168,7 +168,7 @@ async fn apply_issuances(
                 .bind(i64::from(r.uses))
                 .bind(i64::from(r.uses))
                 .bind(r.hold_secs)
-                .bind(r.hold_secs.map(|h| super::holds::lapse_at(r.issued_at, h)))
+                .bind(r.hold_secs.map(|h| lapse_at(r.issued_at, h)))
                 .bind(&r.slot)
                 .bind(&r.arguments)
                 .bind(&r.args_hash)
@@ -743,4 +743,10 @@ pub async fn live(store: &Store, now: i64) -> Result<Vec<(HeldCapability, RunRec
         .fetch_all(store.pool())
         .await?;
     rows.iter().map(held_from_row).collect()
+}
+
+/// When a hold of `hold_secs` taken at `now` (whole seconds, rounded down)
+/// lapses: one second later than the sum, so a hold is never shorter than asked.
+pub fn lapse_at(now: i64, hold_secs: i64) -> i64 {
+    now + hold_secs + 1
 }

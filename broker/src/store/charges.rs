@@ -12,7 +12,7 @@
 
 use super::query::stmt;
 use super::rate;
-use super::runs::RunState;
+use super::run_state::RunState;
 use super::sql::ROWS_PER_INSERT;
 use super::writer::WriteCtx;
 use crate::audit::{events, AuditEvent};
@@ -163,7 +163,7 @@ pub async fn apply(
             }
         };
         if let (Some((approval, redeemed_for)), Some(run_id)) = (c.redeems, run_id) {
-            if !super::approvals::redeem(ctx, approval, run_id, redeemed_for, now).await? {
+            if !redeem(ctx, approval, run_id, redeemed_for, now).await? {
                 ctx.audit_shared(refused(
                     c.audit,
                     c.refused_as.denied,
@@ -256,4 +256,28 @@ pub async fn rate_only(
     let moved: Vec<(&str, i64)> = rate.iter().map(|r| r.bucket.as_str()).zip(next).collect();
     write_buckets(ctx, &moved).await?;
     Ok(Ok(()))
+}
+
+/// Redeems approval `id` for capability `capability_id` of `run_id`: true when
+/// it was approved, unexpired, unredeemed and that run's (now redeemed).
+async fn redeem(
+    ctx: &mut WriteCtx<'_>,
+    id: &str,
+    run_id: &str,
+    capability_id: &str,
+    now: i64,
+) -> Result<bool, sqlx::Error> {
+    let q = ctx.sql(
+        "UPDATE approvals SET capability_id = $1 WHERE id = $2 AND run_id = $3 \
+         AND status = 'approved' AND capability_id IS NULL AND expires_at > $4",
+    );
+    Ok(stmt(&q)
+        .bind(capability_id)
+        .bind(id)
+        .bind(run_id)
+        .bind(now)
+        .execute(&mut ctx.conn)
+        .await?
+        .rows_affected()
+        == 1)
 }

@@ -192,7 +192,7 @@ impl WriterHealth {
         if changed {
             // Out of descriptors: the limit is what the operator raises.
             let limit = (cause == Cause::OutOfDescriptors)
-                .then(crate::server::rlimit::open_files)
+                .then(crate::rlimit::open_files)
                 .flatten();
             tracing::error!(cause = cause.code(), error = %detail, open_files_limit = ?limit,
                 "store cannot commit: {}; every write fails closed until it can", cause.sentence());

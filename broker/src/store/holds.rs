@@ -16,11 +16,7 @@ use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use crate::audit::{events, AuditEvent};
 
-/// When a hold of `hold_secs` taken at `now` (whole seconds, rounded down)
-/// lapses: one second later than the sum, so a hold is never shorter than asked.
-pub fn lapse_at(now: i64, hold_secs: i64) -> i64 {
-    now + hold_secs + 1
-}
+pub use super::capabilities::lapse_at;
 
 /// Renews the holds of `ids` (of the run `run_id`); returns each renewed id
 /// with its new `lapses_at`. An id missing from the answer was not renewed:

@@ -6,18 +6,8 @@
 use super::query::stmt;
 use super::writer::{BoxFuture, WriteCtx, WriteOp};
 use super::{col, decode, Store, StoreError};
+pub use crate::instance::InstanceRow;
 use crate::instance::{Instance, CLAIM_LEASE_SECS};
-
-/// An instance as the store records it.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct InstanceRow {
-    pub id: String,
-    pub machine: String,
-    pub pid: i64,
-    pub pid_start: String,
-    pub heartbeat_at: i64,
-    pub stopped_at: Option<i64>,
-}
 
 /// Records this process as a live instance.
 pub struct RegisterInstance(pub Instance);

@@ -104,7 +104,7 @@ impl Descending {
 }
 
 /// Seals a version row and checks a seal: implemented where the KEK is
-/// ([`crate::policy_versions::PolicySeal`]); the store only asks.
+/// ([`crate::policy::in_force::PolicySeal`]); the store only asks.
 pub trait Seal: Send + Sync {
     /// The MAC of `row` (its `mac` field ignored).
     fn seal(&self, row: &VersionRow) -> String;

@@ -26,34 +26,7 @@ pub struct RunRecord {
     pub ended_at: Option<i64>,
 }
 
-/// Whether a run can still be used at `now`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunState {
-    Active,
-    Ended,
-    Expired,
-}
-
-impl RunState {
-    /// A run ended before its expiry was ended; one that reached its expiry
-    /// (whether or not the sweeper has recorded that yet) expired.
-    pub fn of(ended_at: Option<i64>, expires_at: i64, now: i64) -> RunState {
-        match ended_at {
-            Some(t) if t < expires_at => RunState::Ended,
-            Some(_) => RunState::Expired,
-            None if now >= expires_at => RunState::Expired,
-            None => RunState::Active,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunState::Active => "active",
-            RunState::Ended => "ended",
-            RunState::Expired => "expired",
-        }
-    }
-}
+pub use super::run_state::RunState;
 
 impl RunRecord {
     pub fn state(&self, now: i64) -> RunState {

@@ -978,7 +978,7 @@ mod tests {
     //! and route each output back to its submitter; a kind that cannot account
     //! for every op fails closed.
     use super::*;
-    use crate::config::StoreUrl;
+    use crate::store::location::StoreUrl;
     use crate::store::Store;
     use std::sync::Mutex;
 

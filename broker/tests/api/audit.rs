@@ -25,7 +25,7 @@ both_stores!(
 /// `GET /v1/admin/audit/checkpoints/latest`: null before the first, then the
 /// newest one signed (what the console's audit page shows); admin only.
 async fn the_latest_checkpoint_is_the_newest_signed(app: TestApp) {
-    use tessera_broker::audit::checkpoint;
+    use tessera_broker::jobs::checkpoints;
     let get = |token: String| {
         let url = app.url("/v1/admin/audit/checkpoints/latest");
         async move {
@@ -40,7 +40,7 @@ async fn the_latest_checkpoint_is_the_newest_signed(app: TestApp) {
     let none: Value = get(app.admin_token.clone()).await.json().await.unwrap();
     assert!(none["latest"].is_null(), "{none}");
     busy(&app).await;
-    let seq = checkpoint::take(&app.state, true).await.unwrap().unwrap();
+    let seq = checkpoints::take(&app.state, true).await.unwrap().unwrap();
     let v: Value = get(app.admin_token.clone()).await.json().await.unwrap();
     assert_eq!(v["latest"]["seq"], seq, "{v}");
     let jws = v["latest"]["checkpoint"].as_str().unwrap().to_owned();
@@ -311,10 +311,11 @@ async fn check(app: &TestApp, tokens: &[String]) -> Vec<String> {
 /// database alone; the checkpoints a witness holds name it.
 async fn truncation_is_named_by_checkpoints(app: TestApp) {
     use tessera_broker::audit::checkpoint;
+    use tessera_broker::jobs::checkpoints;
     busy(&app).await;
-    let first = checkpoint::take(&app.state, true).await.unwrap().unwrap();
+    let first = checkpoints::take(&app.state, true).await.unwrap().unwrap();
     busy(&app).await;
-    let second = checkpoint::take(&app.state, true).await.unwrap().unwrap();
+    let second = checkpoints::take(&app.state, true).await.unwrap().unwrap();
     busy(&app).await;
     let tokens = vec![
         checkpoint_jws(&app, first).await,
@@ -424,7 +425,7 @@ async fn a_chain_from_before_keying_stays_verifiable_as_unkeyed(app: TestApp) {
 /// rows rewritten too, the new key accepts no unkeyed row after the prefix
 /// the migration recorded.
 async fn removing_the_audit_key_does_not_make_an_unkeyed_log(app: TestApp) {
-    use tessera_broker::audit::key::{load_or_create, AuditKeyError};
+    use tessera_broker::audit::key_store::{load_or_create, AuditKeyError};
     busy(&app).await;
     exec(&app, "DELETE FROM audit_keys").await;
     let now = app.state.clock.now();
@@ -448,7 +449,7 @@ async fn removing_the_audit_key_does_not_make_an_unkeyed_log(app: TestApp) {
 /// A checkpoint row planted far ahead of the head (or one that is not signed)
 /// would make "the last checkpoint" a lie and stop every later one.
 async fn planted_checkpoint_rows_do_not_stop_checkpoints(app: TestApp) {
-    use tessera_broker::audit::checkpoint;
+    use tessera_broker::jobs::checkpoints;
     busy(&app).await;
     exec(
         &app,
@@ -468,7 +469,7 @@ async fn planted_checkpoint_rows_do_not_stop_checkpoints(app: TestApp) {
     .await;
     // Forced (independent of the thresholds): a planted row at or above the
     // head would otherwise make it "already checkpointed".
-    let taken = checkpoint::take(&app.state, true).await.unwrap().unwrap();
+    let taken = checkpoints::take(&app.state, true).await.unwrap().unwrap();
     assert_eq!(taken, head);
     let jws = checkpoint_jws(&app, head).await;
     assert_eq!(check(&app, &[jws]).await, ["matches"]);
@@ -477,7 +478,7 @@ async fn planted_checkpoint_rows_do_not_stop_checkpoints(app: TestApp) {
 /// Rows cut off the end with the head moved back underneath a running broker:
 /// it neither chains new rows onto the shortened log nor signs it.
 async fn a_head_moved_back_stops_writes_and_checkpoints(app: TestApp) {
-    use tessera_broker::audit::checkpoint;
+    use tessera_broker::jobs::checkpoints;
     busy(&app).await;
     let head = report(&app).await["head_seq"].as_i64().unwrap();
     exec(&app, &format!("DELETE FROM audit WHERE seq > {}", head - 2)).await;
@@ -502,6 +503,6 @@ async fn a_head_moved_back_stops_writes_and_checkpoints(app: TestApp) {
         "store_unavailable",
     )
     .await;
-    assert_eq!(checkpoint::take(&app.state, true).await.unwrap(), None);
+    assert_eq!(checkpoints::take(&app.state, true).await.unwrap(), None);
     assert_eq!(report(&app).await["head_seq"], head - 2);
 }

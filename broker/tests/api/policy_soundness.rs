@@ -379,7 +379,7 @@ async fn a_tightened_policy_refuses_the_exchange_and_revokes(app: TestApp) {
     let q2 = app
         .capability_ok(&token, "read", "svc-reports:reports/q2")
         .await;
-    app.state.replace_policy(tightened(
+    app.state.policy_in_force.replace_engine(tightened(
         r#"@id("no-q1") forbid (principal, action, resource) when { resource.path == "reports/q1" };"#,
     ));
     let leases = app.count("leases").await;
@@ -435,7 +435,7 @@ async fn a_tightened_policy_refuses_the_exchange_and_revokes(app: TestApp) {
         crate::support::app::TEST_ENTITIES,
     )
     .unwrap();
-    app.state.replace_policy(engine);
+    app.state.policy_in_force.replace_engine(engine);
     let resp = app.exchange(q3["token"].as_str().unwrap()).await;
     assert_error(resp, StatusCode::FORBIDDEN, "policy_changed").await;
 
@@ -445,7 +445,7 @@ async fn a_tightened_policy_refuses_the_exchange_and_revokes(app: TestApp) {
         .capability_ok(&token, "read", "svc-reports:reports/q4")
         .await;
     let app = app.restart().await;
-    app.state.replace_policy(tightened(
+    app.state.policy_in_force.replace_engine(tightened(
         r#"@id("no-q4") forbid (principal, action, resource) when { resource.path == "reports/q4" };"#,
     ));
     let resp = app.exchange(q4["token"].as_str().unwrap()).await;

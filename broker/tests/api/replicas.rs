@@ -398,7 +398,7 @@ async fn one_policy_version_for_every_replica() {
         .push(("new.cedar".into(), "permit (".into()));
     broken.sources = serde_json::to_string(&bad_files).unwrap();
     broken.sha256 = bad_files.sha256();
-    broken.mac = tessera_broker::policy_versions::PolicySeal::new(&a.state.kek).seal(&broken);
+    broken.mac = tessera_broker::policy::in_force::PolicySeal::new(&a.state.kek).seal(&broken);
     sqlx::query(&a.state.store.sql(insert))
         .bind(broken.version)
         .bind(&broken.sha256)

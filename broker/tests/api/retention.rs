@@ -173,7 +173,7 @@ async fn audit_rows_are_pruned_only_after_an_export_and_stay_provable_postgres()
 }
 
 async fn audit_rows_are_pruned(db: Db) {
-    use tessera_broker::audit::checkpoint;
+    use tessera_broker::jobs::checkpoints;
     let app = TestApp::builder(db)
         .extra(Extra {
             config: "\n[retention]\nruns = \"off\"\naudit = \"1d\"\n".into(),
@@ -190,7 +190,7 @@ async fn audit_rows_are_pruned(db: Db) {
         app.capability_ok(&token, "read", &format!("svc-reports:reports/a{i}"))
             .await;
     }
-    let checkpointed = checkpoint::take(&app.state, true).await.unwrap().unwrap();
+    let checkpointed = checkpoints::take(&app.state, true).await.unwrap().unwrap();
     for i in 0..3 {
         app.capability_ok(&token, "read", &format!("svc-reports:reports/b{i}"))
             .await;

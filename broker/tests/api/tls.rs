@@ -80,6 +80,9 @@ async fn tls_with_mtls_for_runtimes() {
     )
     .await
     .unwrap();
+    tessera_broker::policy_versions::publish_at_start(&app)
+        .await
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = tessera_broker::api::router(app.clone());

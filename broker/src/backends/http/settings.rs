@@ -448,56 +448,6 @@ pub fn resolve_credentials(
     Ok(())
 }
 
-/// Checks what a rule names elsewhere in the configuration: its token or AWS
-/// backend exists and has that kind, and no two rules claim one host.
-pub fn check_references(
-    backends: &std::collections::BTreeMap<String, crate::backends::settings::BackendConfig>,
-) -> Result<(), ConfigError> {
-    use crate::backends::settings::BackendConfig;
-    let mut claimed: Vec<(&str, &HostPattern)> = Vec::new();
-    for (name, b) in backends {
-        let BackendConfig::Http(h) = b else { continue };
-        let setting = format!("backends.{name}");
-        match &h.auth {
-            Auth::Token { backend }
-                if !matches!(backends.get(backend), Some(BackendConfig::Token(_))) =>
-            {
-                return Err(err(
-                    &format!("{setting}.token_backend"),
-                    format!("{backend:?} is not a backend of kind \"token\""),
-                ));
-            }
-            Auth::SigV4 { backend, .. }
-                if !matches!(backends.get(backend), Some(BackendConfig::AwsSts(_))) =>
-            {
-                return Err(err(
-                    &format!("{setting}.aws_backend"),
-                    format!("{backend:?} is not a backend of kind \"aws-sts\""),
-                ));
-            }
-            _ => {}
-        }
-        for host in &h.hosts {
-            if let Some((other, _)) = claimed.iter().find(|(_, p)| {
-                p.port == host.port
-                    && (p.matches(host.subtree(), host.port)
-                        || host.matches(p.subtree(), p.port)
-                        || p.name == host.name)
-            }) {
-                return Err(err(
-                    &format!("{setting}.hosts"),
-                    format!(
-                        "{} is also a host of backends.{other}: one rule per host",
-                        host.name
-                    ),
-                ));
-            }
-            claimed.push((name, host));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

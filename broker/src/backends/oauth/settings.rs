@@ -136,42 +136,6 @@ pub fn resolve_credentials(
     Ok(())
 }
 
-/// Two backends may not claim one resource URL: a token request names exactly
-/// one. Nor may a `token` backend's audience be one: its tokens are `at+jwt`
-/// signed by the same keys, and a resource server that checks `aud` locally
-/// would take one for an access token policy decided for its resource.
-pub fn check_unique(
-    backends: &std::collections::BTreeMap<String, crate::backends::settings::BackendConfig>,
-) -> Result<(), ConfigError> {
-    use crate::backends::settings::BackendConfig;
-    let mut seen: std::collections::BTreeMap<&str, &str> = Default::default();
-    for (name, b) in backends {
-        if let BackendConfig::OAuthResource(r) = b {
-            if let Some(other) = seen.insert(&r.resource, name) {
-                return Err(err(
-                    &format!("backends.{name}.resource"),
-                    format!("backends.{other} already names {:?}", r.resource),
-                ));
-            }
-        }
-    }
-    for (name, b) in backends {
-        if let BackendConfig::Token(t) = b {
-            if let Some(other) = seen.get(t.audience.as_str()) {
-                return Err(err(
-                    &format!("backends.{name}.audience"),
-                    format!(
-                        "{:?} is the resource of the oauth-resource backends.{other}: \
-                         its tokens would pass there as access tokens",
-                        t.audience
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,38 +171,6 @@ mod tests {
         let text =
             "kind = \"oauth-resource\"\nresource = \"https://n.example/\"\nscopes = [\"a b\"]";
         assert!(resolve("backends.notes", table(text)).is_err());
-    }
-
-    #[test]
-    fn a_token_backends_audience_may_not_be_a_resource() {
-        use crate::backends::settings::BackendConfig;
-        let resource = resolve(
-            "backends.notes",
-            table(
-                "kind = \"oauth-resource\"\nresource = \"https://n.example/mcp\"\nscopes = [\"a\"]",
-            ),
-        )
-        .unwrap();
-        let mut backends = std::collections::BTreeMap::from([(
-            "notes".to_owned(),
-            BackendConfig::OAuthResource(resource.clone()),
-        )]);
-        assert!(check_unique(&backends).is_ok());
-        backends.insert(
-            "svc".to_owned(),
-            BackendConfig::Token(crate::backends::token::TokenConfig {
-                audience: "https://n.example/mcp".to_owned(),
-                actions: None,
-            }),
-        );
-        let e = check_unique(&backends).unwrap_err();
-        assert!(e.to_string().contains("backends.svc.audience"), "{e}");
-        backends.remove("svc");
-        backends.insert("notes2".to_owned(), BackendConfig::OAuthResource(resource));
-        assert!(
-            check_unique(&backends).is_err(),
-            "two backends, one resource"
-        );
     }
 
     #[test]

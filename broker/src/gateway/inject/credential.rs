@@ -10,12 +10,12 @@
 //! never logged, audited or shown to the tool: it exists in the outgoing
 //! request and in the rule's memory only.
 
-use super::sessions::{placeholders_in, AwsSession, RunSession};
 use crate::backends::http::{Auth, HttpConfig};
 use crate::backends::token::{AccessTokenClaims, Actor, ACCESS_TOKEN_TYP};
 use crate::config::BackendConfig;
 use crate::gateway::refusal::{Code, Refusal};
 use crate::gateway::Gateway;
+use crate::injection::sessions::{placeholders_in, AwsSession, RunSession};
 use crate::store::runs::RunRecord;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use secrecy::ExposeSecret;

@@ -15,26 +15,25 @@
 //! and bytes when the exchange is done.
 
 use super::credential::{self, Outgoing};
-use super::sessions::{placeholders_in, RunSession};
-use crate::audit::{events, AuditEvent};
+use crate::audit::AuditEvent;
 use crate::backends::http::grammar::{normalise_target, Target};
 use crate::backends::http::HttpConfig;
 use crate::backends::net::grammar::{normalise, Destination};
+use crate::gateway::answer::{refusal_response, strip_hop_by_hop};
 use crate::gateway::body::{whole_upstream, Direction, ProxyBody, Whole};
 use crate::gateway::decide::{approval_binding, Allowed, Bound, Denial};
-use crate::gateway::proxy::{refusal_response, strip_hop_by_hop};
 use crate::gateway::refusal::{Code, Refusal};
-use crate::gateway::traffic::{Conn, Cut};
+use crate::gateway::traffic::{Conn, Cut, Tally};
 use crate::gateway::Gateway;
 use crate::grant::{self, Ask, Door};
+use crate::injection::sessions::{placeholders_in, RunSession};
 use crate::store::runs::RunRecord;
-use crate::store::writer::AppendAudit;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -46,8 +45,6 @@ pub const MAX_SIGNED_BODY: usize = 16 << 20;
 /// cannot hold more of the gateway's memory than this); each request holds
 /// its announced length, or the largest when it announces none.
 pub const SIGNED_BODIES_MIB: usize = 256;
-/// …and of one run.
-pub const SIGNED_BODIES_MIB_PER_RUN: usize = 64;
 
 type Sender = hyper::client::conn::http1::SendRequest<ProxyBody>;
 
@@ -540,7 +537,7 @@ impl Intercepted {
             .parse()
             .map_err(|_| invalid("bad request target"))?;
         let url = format!("https://{authority}{}", target.forward);
-        let tally = Arc::new(Tally::new(self.gw.clone(), audit));
+        let tally = Arc::new(Tally::new(self.gw.app.clone(), audit));
         let signed = matches!(self.rule.auth, crate::backends::http::Auth::SigV4 { .. });
         if signed {
             self.read_whole(&mut stream, &mut whole).await?;
@@ -633,69 +630,5 @@ impl Intercepted {
                 )
             })?
             .map_err(|_| Refusal::new(Code::UpstreamUnavailable, "the upstream failed"))
-    }
-}
-
-/// One injected exchange's account: its `egress.response` row (status, bytes,
-/// duration) is written when both bodies are done with it.
-pub struct Tally {
-    gw: Arc<Gateway>,
-    audit: AuditEvent,
-    pub up: AtomicU64,
-    pub down: AtomicU64,
-    status: AtomicU16,
-    started: std::time::Instant,
-}
-
-impl Tally {
-    fn new(gw: Arc<Gateway>, audit: AuditEvent) -> Tally {
-        Tally {
-            gw,
-            audit,
-            up: AtomicU64::new(0),
-            down: AtomicU64::new(0),
-            status: AtomicU16::new(0),
-            started: std::time::Instant::now(),
-        }
-    }
-
-    pub fn add(&self, direction: Direction, n: usize) {
-        match direction {
-            Direction::Up => self.up.fetch_add(n as u64, Ordering::Relaxed),
-            Direction::Down => self.down.fetch_add(n as u64, Ordering::Relaxed),
-        };
-    }
-}
-
-impl Drop for Tally {
-    fn drop(&mut self) {
-        let status = self.status.load(Ordering::Relaxed);
-        let mut ev = self.audit.clone();
-        ev.event = events::EGRESS_RESPONSE;
-        ev.decision = "allow";
-        ev.reason = Some(if status == 0 {
-            "no_response".to_owned()
-        } else {
-            status.to_string()
-        });
-        ev.detail = Some(format!(
-            "{} status={status} bytes_up={} bytes_down={} duration_ms={}",
-            self.audit
-                .detail
-                .as_deref()
-                .and_then(|d| d.split(" policies=").next())
-                .unwrap_or_default(),
-            self.up.load(Ordering::Relaxed),
-            self.down.load(Ordering::Relaxed),
-            self.started.elapsed().as_millis()
-        ));
-        let app = self.gw.app.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = app.store.writer().submit(AppendAudit(ev)).await {
-                    tracing::error!(error = %e, "cannot audit an injected exchange");
-                }
-            });
-        }
     }
 }

@@ -428,6 +428,9 @@ impl TestApp {
         )
         .await
         .expect("app builds");
+        tessera_broker::policy_versions::publish_at_start(&state)
+            .await
+            .expect("policy published");
         // Keys and policy versions from other replicas, as `serve` has them.
         tessera_broker::jobs::start_replica_sync(&state);
         let router = tessera_broker::api::router(state.clone());

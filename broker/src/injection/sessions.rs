@@ -17,6 +17,10 @@ use std::sync::{Arc, Mutex};
 
 pub const PLACEHOLDER_PREFIX: &str = "tsr_ph_";
 
+/// MiB of one run's request bodies being read to be signed (the gateway's
+/// whole share is `gateway::inject::intercept::SIGNED_BODIES_MIB`).
+pub const SIGNED_BODIES_MIB_PER_RUN: usize = 64;
+
 /// One placeholder of a run: for which rule, and which variable holds it.
 #[derive(Debug, Clone)]
 pub struct Placeholder {
@@ -126,9 +130,7 @@ impl Sessions {
             ca,
             placeholders,
             aws: tokio::sync::Mutex::new(HashMap::new()),
-            signed_bodies: Arc::new(tokio::sync::Semaphore::new(
-                super::intercept::SIGNED_BODIES_MIB_PER_RUN,
-            )),
+            signed_bodies: Arc::new(tokio::sync::Semaphore::new(SIGNED_BODIES_MIB_PER_RUN)),
         });
         let mut runs = lock(&self.runs);
         // Two first uses at once: the first one in wins, the other is dropped.
