@@ -2,16 +2,16 @@
 //! running broker with the admin token, through [`super::remote`].
 
 use super::remote::{admin, print_json, said};
+use super::table::print_table;
 use super::{
-    CapabilitiesCommand, Command, KeysCommand, LeasesCommand, Remote, RunsCommand, RuntimesCommand,
+    CapabilitiesCommand, Command, KeysCommand, LeasesCommand, RunsCommand, RuntimesCommand,
 };
 use anyhow::{bail, Context};
-use serde_json::Value;
 use std::process::ExitCode;
 use tessera_client::types::{CreateRuntimeRequest, PendingRevocationsQuery, RunListQuery};
 
 pub fn run(command: Command) -> ExitCode {
-    super::block_on_remote(dispatch(command))
+    super::exit::block_on_remote(dispatch(command))
 }
 
 async fn dispatch(command: Command) -> anyhow::Result<()> {
@@ -243,44 +243,4 @@ fn certificate_sha256(path: &std::path::Path) -> anyhow::Result<String> {
     let certs = crate::server::read_certificates(path, "--client-cert")?;
     let leaf = certs.first().context("--client-cert: no certificate")?;
     Ok(crate::ids::sha256_hex(leaf.as_ref()))
-}
-
-/// The rows of `v[key]` as a table (or `v` as JSON with `--json`).
-pub(super) fn print_table(remote: &Remote, v: &impl serde::Serialize, key: &str, columns: &[&str]) {
-    if remote.json {
-        print_json(v);
-        return;
-    }
-    let v = serde_json::to_value(v).unwrap_or_default();
-    let rows = v[key].as_array().cloned().unwrap_or_default();
-    let cell = |row: &Value, c: &str| match &row[c] {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".to_owned(),
-        other => other.to_string(),
-    };
-    let widths: Vec<usize> = columns
-        .iter()
-        .map(|c| {
-            rows.iter()
-                .map(|r| cell(r, c).len())
-                .max()
-                .unwrap_or(0)
-                .max(c.len())
-        })
-        .collect();
-    let line = |cells: Vec<String>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-    };
-    println!(
-        "{}",
-        line(columns.iter().map(|c| c.to_uppercase()).collect())
-    );
-    for r in &rows {
-        println!("{}", line(columns.iter().map(|c| cell(r, c)).collect()));
-    }
 }

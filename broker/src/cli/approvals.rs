@@ -7,8 +7,8 @@
 //! token's, which see everything and may deny but never approve — an approval
 //! must name a person.
 
-use super::remote::{admin, admin_with, print_json, said};
-use super::Remote;
+use super::remote::{admin, admin_with, print_json, said, Remote};
+use super::table::print_table;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use secrecy::SecretString;
@@ -155,7 +155,7 @@ pub async fn approvers(cmd: ApproversCommand) -> anyhow::Result<()> {
         }
         ApproversCommand::List { remote } => {
             let v = admin(&remote)?.approvers().await.map_err(said)?;
-            super::admin::print_table(
+            print_table(
                 &remote,
                 &v,
                 "approvers",
@@ -203,7 +203,7 @@ pub async fn approvals(cmd: ApprovalsCommand) -> anyhow::Result<()> {
                     })
                 })
                 .collect();
-            super::admin::print_table(
+            print_table(
                 &who.remote,
                 &serde_json::json!({ "approvals": rows }),
                 "approvals",

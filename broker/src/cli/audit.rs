@@ -5,8 +5,8 @@
 //! the broker keeps appending. `export` writes one JSON object per line, oldest
 //! first — what SIEM collectors ingest.
 
-use super::remote::{admin, said};
-use super::{AuditCommand, Remote};
+use super::remote::{admin, said, Remote};
+use super::AuditCommand;
 use crate::clock::{parse_rfc3339_ms, rfc3339_ms};
 use crate::grammar::parse_duration;
 use anyhow::{bail, Context};

@@ -11,45 +11,13 @@
 //!   0600, refusing to overwrite either (losing a KEK loses every signing key).
 //! - `status` says whether the broker answers, is ready, and accepts the token.
 
-use super::remote::{admin, admin_with, print_json, said};
-use super::Remote;
+use super::remote::{admin, admin_with, print_json, said, Remote};
+use super::saved_token::{create_private_dir, save_token, saved_token_file};
 use crate::ids::{new_secret, ADMIN_TOKEN_PREFIX};
 use anyhow::{bail, Context};
 use secrecy::ExposeSecret;
 use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
-
-/// Where `tessera login` keeps the token: `$XDG_CONFIG_HOME/tessera/admin.token`
-/// (default `~/.config/tessera/admin.token`).
-/// A relative `XDG_CONFIG_HOME` or `HOME` is ignored (the XDG rule): the token
-/// would land in whatever folder the command runs in, perhaps a checkout.
-pub fn saved_token_file() -> Option<PathBuf> {
-    let absolute = |v: String| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
-    let base = crate::config::process_env("XDG_CONFIG_HOME")
-        .and_then(absolute)
-        .or_else(|| {
-            crate::config::process_env("HOME")
-                .and_then(absolute)
-                .map(|h| h.join(".config"))
-        })?;
-    Some(base.join("tessera").join("admin.token"))
-}
-
-/// Reads the token `tessera login` saved, refusing a file this user does not
-/// own or that others may read (it would not be the token login wrote).
-pub fn read_saved_token(path: &Path) -> anyhow::Result<secrecy::SecretString> {
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("cannot read the saved admin token {}", path.display()))?;
-    crate::private_fs::refuse_foreign(
-        path,
-        &file.metadata()?,
-        0o077,
-        "the saved admin token must be yours with mode 600 (run `tessera login` again)",
-    )?;
-    let mut text = zeroize::Zeroizing::new(String::new());
-    std::io::Read::read_to_string(&mut &file, &mut text)?;
-    Ok(secrecy::SecretString::from(text.trim()))
-}
+use std::path::Path;
 
 pub async fn login(remote: Remote) -> anyhow::Result<()> {
     let token = read_token_from_stdin()?;
@@ -63,10 +31,7 @@ pub async fn login(remote: Remote) -> anyhow::Result<()> {
         .keys()
         .await
         .map_err(said)?;
-    if let Some(dir) = path.parent() {
-        create_private_dir(dir, 0o077)?;
-    }
-    replace_private(&path, &token)?;
+    save_token(&path, &token)?;
     if remote.json {
         print_json(&serde_json::json!({ "saved": path }));
     } else {
@@ -143,27 +108,6 @@ impl Drop for Quiet {
             );
         }
     }
-}
-
-/// `dir` made (0700) or accepted only if it is ours and has none of `forbidden`:
-/// a folder another user may write to lets them swap the files in it.
-fn create_private_dir(dir: &Path, forbidden: u32) -> anyhow::Result<()> {
-    crate::private_fs::make_dir(
-        dir,
-        forbidden,
-        "use a folder you own that others cannot write to",
-    )
-}
-
-/// Writes `contents` to `path` with mode 0600 through a new file renamed over
-/// the old one, so the token is never in a file others could read.
-fn replace_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", crate::ids::new_id()));
-    crate::private_fs::write_new(&tmp, contents)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::Error::new(e).context(format!("saving {}", path.display()))
-    })
 }
 
 /// `tessera init --dir DIR`: DIR/kek and DIR/admin.token, mode 0600, never

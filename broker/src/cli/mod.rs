@@ -19,15 +19,21 @@ mod backends;
 mod child;
 mod egress;
 mod environment;
+mod exit;
 mod grants;
 mod login;
 mod policy;
 mod remote;
 mod sandbox;
+mod saved_token;
 mod serve;
+mod table;
 mod trust;
 
 use clap::{Args, Parser, Subcommand};
+pub use exit::usage_error;
+use exit::{block_on, block_on_remote, quiet_broken_pipe};
+use remote::Remote;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -204,23 +210,6 @@ pub struct ServeArgs {
     /// Policy directory (default: ./policy).
     #[arg(long)]
     pub policy_dir: Option<PathBuf>,
-}
-
-/// How to reach a running broker as admin.
-#[derive(Debug, Args, Clone)]
-pub struct Remote {
-    /// Broker address: https://HOST:PORT, http://HOST:PORT (loopback only) or HOST:PORT.
-    #[arg(long, env = "TESSERA_ADDR", default_value = "http://127.0.0.1:8700")]
-    pub addr: String,
-    /// File holding the admin token (else TESSERA_ADMIN_TOKEN, else what `tessera login` saved).
-    #[arg(long, env = "TESSERA_ADMIN_TOKEN_FILE")]
-    pub token_file: Option<PathBuf>,
-    /// CA certificate(s) to verify an https:// broker (default: the system's roots).
-    #[arg(long, env = "TESSERA_CA_FILE")]
-    pub ca_file: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -437,18 +426,6 @@ pub enum AuditCommand {
     },
 }
 
-/// A command line clap cannot use: its message, and exit 1 (a problem on
-/// this side; 2 is kept for the broker's refusals and `serve`'s configuration
-/// errors). `--help` and `--version` print and exit 0.
-pub fn usage_error(e: clap::Error) -> ExitCode {
-    let _ = e.print();
-    if e.use_stderr() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
 pub fn run(cli: Cli) -> ExitCode {
     crate::server::install_crypto_provider();
     quiet_broken_pipe();
@@ -482,23 +459,6 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// Runs a remote command to its exit code: its error on stderr, exit 2 when
-/// the broker refused, 1 for anything else ([`remote`]).
-fn block_on_remote(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
-    block_on(async {
-        match f.await {
-            Ok(()) => ExitCode::SUCCESS,
-            // The reader of our output went away (`… | head`): end as the
-            // signal would have ended us, saying nothing.
-            Err(e) if is_broken_pipe(&e) => ExitCode::from(141),
-            Err(e) => {
-                eprintln!("tessera: {e:#}");
-                remote::exit_status(&e)
-            }
-        }
-    })
-}
-
 fn backends_check(name: &str, config: &std::path::Path, json: bool) -> ExitCode {
     block_on(async {
         match backends::check(name, config, json).await {
@@ -510,48 +470,4 @@ fn backends_check(name: &str, config: &std::path::Path, json: bool) -> ExitCode 
             }
         }
     })
-}
-
-/// Runs a client command's future on a single-threaded runtime.
-fn block_on(command: impl std::future::Future<Output = ExitCode>) -> ExitCode {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime.block_on(command),
-        Err(e) => {
-            eprintln!("tessera: cannot start the async runtime: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Whether `e` is a write to a pipe whose reader has gone.
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-/// Output piped into a reader that stops early (`tessera audit export | head`)
-/// ends the command quietly, as a shell tool should. Rust ignores SIGPIPE, so
-/// the write fails with EPIPE and `println!` panics; this hook turns exactly
-/// that panic into exit status 141 (128 + SIGPIPE, what the shell reports for
-/// a tool the signal ended) and leaves every other panic to the default hook.
-fn quiet_broken_pipe() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(141);
-        }
-        default(info)
-    }));
 }
