@@ -11,19 +11,23 @@
 //! for anything on this side; `serve` exits 2 on a configuration error; the
 //! policy tools, `exec` and `backends check` document their own (docs/cli.md).
 
-mod admin;
 mod approvals;
 mod audit;
 mod audit_segments;
 mod backends;
+mod capabilities;
 mod child;
 mod egress;
 mod environment;
 mod exit;
 mod grants;
+mod keys;
+mod leases;
 mod login;
 mod policy;
 mod remote;
+mod runs;
+mod runtimes;
 mod sandbox;
 mod saved_token;
 mod serve;
@@ -109,25 +113,25 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  tessera runtimes create demo --users '*' --task-kinds summarize\n  tessera runtimes list\n  tessera runtimes disable demo"
     )]
-    Runtimes(RuntimesCommand),
+    Runtimes(runtimes::RuntimesCommand),
     /// List, inspect and end runs.
     #[command(subcommand)]
     #[command(
         after_help = "Examples:\n  tessera runs list --user alice\n  tessera runs show RUN_ID\n  tessera runs end RUN_ID"
     )]
-    Runs(RunsCommand),
+    Runs(runs::RunsCommand),
     /// Revoke capabilities.
     #[command(subcommand)]
     #[command(after_help = "Examples:\n  tessera capabilities revoke CAPABILITY_ID")]
-    Capabilities(CapabilitiesCommand),
+    Capabilities(capabilities::CapabilitiesCommand),
     /// Downstream removals (database users, …) still pending.
     #[command(subcommand)]
     #[command(after_help = "Examples:\n  tessera leases list --stuck")]
-    Leases(LeasesCommand),
+    Leases(leases::LeasesCommand),
     /// Manage signing keys.
     #[command(subcommand)]
     #[command(after_help = "Examples:\n  tessera keys list\n  tessera keys rotate")]
-    Keys(KeysCommand),
+    Keys(keys::KeysCommand),
     /// Mint, list and revoke approver keys (the people who approve).
     #[command(subcommand)]
     #[command(
@@ -210,135 +214,6 @@ pub struct ServeArgs {
     /// Policy directory (default: ./policy).
     #[arg(long)]
     pub policy_dir: Option<PathBuf>,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum RuntimesCommand {
-    #[command(
-        after_help = "Examples:\n  tessera runtimes create demo --users '*' --task-kinds summarize\n  tessera runtimes create ci --users 'svc-*' --client-cert ci.pem --json | jq -r .key"
-    )]
-    /// Create a runtime; prints its API key once.
-    Create {
-        /// The runtime's name: 1-63 of [a-z0-9._-], starting with a letter or digit.
-        name: String,
-        /// Comma-separated globs of users it may start runs for (default "*").
-        #[arg(long)]
-        users: Option<String>,
-        /// Comma-separated globs of task kinds it may start runs for (default "*").
-        #[arg(long)]
-        task_kinds: Option<String>,
-        /// Pin the runtime to this TLS client certificate (PEM): its key is then
-        /// accepted only on mTLS connections presenting exactly this certificate.
-        #[arg(long)]
-        client_cert: Option<PathBuf>,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera runtimes list\n  tessera runtimes list --json")]
-    /// List runtimes.
-    List {
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera runtimes disable demo")]
-    /// Disable a runtime: its key stops working and its open runs are ended.
-    Disable {
-        /// The runtime's name (as `runtimes list` shows it).
-        name: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum RunsCommand {
-    #[command(
-        after_help = "Examples:\n  tessera runs list\n  tessera runs list --state all --user alice --limit 50\n  tessera runs list --after RUN_ID   (the next page)"
-    )]
-    /// List runs (open ones by default).
-    List {
-        /// Only runs of this runtime (by name).
-        #[arg(long)]
-        runtime: Option<String>,
-        /// Only runs for this user.
-        #[arg(long)]
-        user: Option<String>,
-        /// open, ended or all.
-        #[arg(long, default_value = "open")]
-        state: String,
-        /// At most this many runs (1-1000).
-        #[arg(long, default_value_t = 100)]
-        limit: i64,
-        /// The next page: runs after this run id (the list says it when there are more).
-        #[arg(long)]
-        after: Option<String>,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera runs show 0b9c6f7e-2a1d-4c3b-9f8e-1d2c3b4a5f60")]
-    /// Show a run with its capabilities and leases.
-    Show {
-        /// The run's id (a UUID, as `runs list` shows it).
-        id: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera runs end 0b9c6f7e-2a1d-4c3b-9f8e-1d2c3b4a5f60")]
-    /// End a run and revoke everything it was given.
-    End {
-        /// The run's id (a UUID, as `runs list` shows it).
-        id: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum CapabilitiesCommand {
-    #[command(
-        after_help = "Examples:\n  tessera capabilities revoke 5d0e8a3c-7b6f-4e2d-a1c9-8f7e6d5c4b3a"
-    )]
-    /// Revoke one capability and its leases.
-    Revoke {
-        /// The capability's id (its `jti`; `runs show` lists them).
-        id: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum LeasesCommand {
-    #[command(
-        after_help = "Examples:\n  tessera leases list\n  tessera leases list --stuck --json"
-    )]
-    /// List leases whose downstream removal is still pending (oldest first).
-    List {
-        /// Only those that failed at least 3 times.
-        #[arg(long)]
-        stuck: bool,
-        /// At most this many.
-        #[arg(long, default_value_t = 100)]
-        limit: i64,
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum KeysCommand {
-    #[command(after_help = "Examples:\n  tessera keys rotate")]
-    /// Rotate the signing key; the old one stays published until its tokens expire.
-    Rotate {
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera keys list --json")]
-    /// List signing keys.
-    List {
-        #[command(flatten)]
-        remote: Remote,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -455,7 +330,11 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Backends(BackendsCommand::Check { name, config, json }) => {
             backends_check(&name, &config, json)
         }
-        other => admin::run(other),
+        Command::Runtimes(cmd) => block_on_remote(runtimes::run(cmd)),
+        Command::Runs(cmd) => block_on_remote(runs::run(cmd)),
+        Command::Capabilities(cmd) => block_on_remote(capabilities::run(cmd)),
+        Command::Leases(cmd) => block_on_remote(leases::run(cmd)),
+        Command::Keys(cmd) => block_on_remote(keys::run(cmd)),
     }
 }
 
