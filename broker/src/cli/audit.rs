@@ -6,14 +6,99 @@
 //! first — what SIEM collectors ingest.
 
 use super::remote::{admin, said, Remote};
-use super::AuditCommand;
 use crate::clock::{parse_rfc3339_ms, rfc3339_ms};
 use crate::grammar::parse_duration;
 use anyhow::{bail, Context};
+use clap::Subcommand;
 use serde_json::Value;
 use std::io::Write;
 use tessera_client::types::{AuditQuery, AuditRecord, CheckpointsRequest};
 use tessera_client::AdminClient;
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    #[command(
+        after_help = "Examples:\n  tessera audit verify\n  tessera audit verify --checkpoints /var/lib/witness/checkpoints.jsonl --max-tail 2000\n  tessera audit verify --segments audit-0001.jsonl --segments audit-0002.jsonl --checkpoints witness.jsonl"
+    )]
+    /// Walk the chain and report the first edited, deleted or reordered row;
+    /// with --checkpoints, also prove every checkpointed row is still there
+    /// unchanged and name the rows after the last checkpoint as unverified;
+    /// with --segments, prove the rows retention pruned from their export.
+    Verify {
+        /// A checkpoint file kept by a witness (one JSON checkpoint per line,
+        /// as `audit.checkpoint_file` writes it).
+        #[arg(long)]
+        checkpoints: Option<std::path::PathBuf>,
+        /// An export written by `audit export --through-checkpoint` (repeat
+        /// for several): the rows retention pruned are verified from it.
+        #[arg(long)]
+        segments: Vec<std::path::PathBuf>,
+        /// With --checkpoints: fail when more rows than this follow the last
+        /// checkpoint (e.g. twice `audit.checkpoint_rows`): a long unverified
+        /// tail means checkpoints stopped, or the witness lost some.
+        #[arg(long, requires = "checkpoints")]
+        max_tail: Option<i64>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    #[command(
+        after_help = "Examples:\n  tessera audit tail -n 50\n  tessera audit tail --run RUN_ID --follow\n  tessera audit tail --event 'capability.*' --user alice"
+    )]
+    /// Print the most recent rows; with --follow, keep printing new ones.
+    Tail {
+        /// Only rows about this run.
+        #[arg(long)]
+        run: Option<String>,
+        /// Only rows for this user.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this event, or a family such as `capability.*`.
+        #[arg(long)]
+        event: Option<String>,
+        /// How many recent rows to print first.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: i64,
+        /// Keep polling for new rows (Ctrl-C to stop).
+        #[arg(long)]
+        follow: bool,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    #[command(
+        after_help = "Examples:\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit export --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z | head\n  tessera audit export --through-checkpoint --output /archive/audit-$(date +%F).jsonl"
+    )]
+    /// Export rows as JSON lines (one object per row, oldest first) for a SIEM;
+    /// with --through-checkpoint, every row the store holds up to its newest
+    /// checkpoint, for retention (docs/operations.md).
+    Export {
+        /// From this time: RFC 3339 (2026-11-29T00:00:00Z) or an age (24h, 7d).
+        #[arg(
+            long,
+            required_unless_present = "through_checkpoint",
+            conflicts_with = "through_checkpoint"
+        )]
+        since: Option<String>,
+        /// Until this time (exclusive), same forms as --since.
+        #[arg(long, conflicts_with = "through_checkpoint")]
+        until: Option<String>,
+        /// Only rows about this run.
+        #[arg(long, conflicts_with = "through_checkpoint")]
+        run: Option<String>,
+        /// Every row from the first the store keeps through the newest signed
+        /// checkpoint, then that checkpoint's line; written to --output, synced,
+        /// then recorded with the broker, which may then prune those rows.
+        #[arg(long, requires = "output")]
+        through_checkpoint: bool,
+        /// The file to write (created, mode 0600; never overwritten).
+        #[arg(long, requires = "through_checkpoint")]
+        output: Option<std::path::PathBuf>,
+        /// Output format; only `jsonl`.
+        #[arg(long, default_value = "jsonl")]
+        format: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
 
 /// Rows per request while exporting.
 const EXPORT_PAGE: i64 = 1000;

@@ -12,15 +12,18 @@
 //! policy tools, `exec` and `backends check` document their own (docs/cli.md).
 
 mod approvals;
+mod approvers;
 mod audit;
 mod audit_segments;
 mod backends;
 mod capabilities;
 mod child;
+mod completions;
 mod egress;
 mod environment;
 mod exit;
 mod grants;
+mod init;
 mod keys;
 mod leases;
 mod login;
@@ -31,14 +34,13 @@ mod runtimes;
 mod sandbox;
 mod saved_token;
 mod serve;
+mod status;
 mod table;
 mod trust;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 pub use exit::usage_error;
 use exit::{block_on, block_on_remote, quiet_broken_pipe};
-use remote::Remote;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
@@ -66,48 +68,32 @@ pub enum Command {
         TESSERA_LOG_FORMAT=json tessera serve --config tessera.toml --listen 0.0.0.0:8700\n\n\
         Exit status 2: the configuration, key, token or policy cannot be used (every problem is listed)."
     )]
-    Serve(ServeArgs),
+    Serve(serve::ServeArgs),
     /// Create the key-encryption key and the admin token a production broker needs
     /// (each in its own file, mode 0600; never overwritten).
     #[command(
         after_help = "Examples:\n  tessera init --dir /etc/tessera/secrets\n  \
         tessera init --dir ./secrets --json"
     )]
-    Init {
-        /// Folder to create them in (made with mode 0700 if missing).
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-        /// Print the two paths as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Init(init::InitArgs),
     /// Save an admin token (read from standard input) for the admin commands,
     /// after the broker accepted it.
     #[command(
         after_help = "Examples:\n  tessera login                       (paste the token; it is not echoed)\n  \
         tessera login --addr https://tessera.internal:8700 < admin.token"
     )]
-    Login {
-        #[command(flatten)]
-        remote: Remote,
-    },
+    Login(login::LoginArgs),
     /// Whether the broker answers, is ready, and accepts the admin token.
     #[command(
         after_help = "Examples:\n  tessera status\n  tessera status --addr tessera.internal:8700 --json"
     )]
-    Status {
-        #[command(flatten)]
-        remote: Remote,
-    },
+    Status(status::StatusArgs),
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  tessera completions bash > /etc/bash_completion.d/tessera\n  \
         tessera completions zsh > \"${fpath[1]}/_tessera\"\n  tessera completions fish > ~/.config/fish/completions/tessera.fish"
     )]
-    Completions {
-        /// The shell: bash, zsh, fish, elvish or powershell.
-        shell: clap_complete::Shell,
-    },
+    Completions(completions::CompletionsArgs),
     /// Manage runtimes (agent orchestrators).
     #[command(subcommand)]
     #[command(
@@ -137,7 +123,7 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  tessera approvers create dana-laptop --user dana\n  tessera approvers list\n  tessera approvers revoke APPROVER_ID"
     )]
-    Approvers(approvals::ApproversCommand),
+    Approvers(approvers::ApproversCommand),
     /// List, show, approve and deny approvals.
     #[command(subcommand)]
     #[command(
@@ -166,7 +152,7 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  tessera audit tail --run RUN_ID\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit verify"
     )]
-    Audit(AuditCommand),
+    Audit(audit::AuditCommand),
     /// Check, test and explain a policy directory.
     #[command(subcommand)]
     #[command(
@@ -176,129 +162,7 @@ pub enum Command {
     /// Inspect configured backends.
     #[command(subcommand)]
     #[command(after_help = "Examples:\n  tessera backends check pg-main --config tessera.toml")]
-    Backends(BackendsCommand),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum BackendsCommand {
-    #[command(
-        after_help = "Examples:\n  tessera backends check pg-main\n  tessera backends check shop --config /etc/tessera/tessera.toml --json"
-    )]
-    /// Ask a database backend's server which defaults let a throw-away user do
-    /// more than its grant; print each with the SQL that closes it. Exit 1 if any.
-    Check {
-        /// The backend's name in tessera.toml.
-        name: String,
-        /// Configuration file.
-        #[arg(long, default_value = "tessera.toml")]
-        config: PathBuf,
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// Configuration file (tessera.toml).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Development mode: embedded SQLite in the data dir, generated keys and admin token.
-    #[arg(long)]
-    pub dev: bool,
-    /// Listen address (default 127.0.0.1:8700).
-    #[arg(long)]
-    pub listen: Option<String>,
-    /// Directory for the SQLite file and dev keys (default: working directory).
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// Policy directory (default: ./policy).
-    #[arg(long)]
-    pub policy_dir: Option<PathBuf>,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum AuditCommand {
-    #[command(
-        after_help = "Examples:\n  tessera audit verify\n  tessera audit verify --checkpoints /var/lib/witness/checkpoints.jsonl --max-tail 2000\n  tessera audit verify --segments audit-0001.jsonl --segments audit-0002.jsonl --checkpoints witness.jsonl"
-    )]
-    /// Walk the chain and report the first edited, deleted or reordered row;
-    /// with --checkpoints, also prove every checkpointed row is still there
-    /// unchanged and name the rows after the last checkpoint as unverified;
-    /// with --segments, prove the rows retention pruned from their export.
-    Verify {
-        /// A checkpoint file kept by a witness (one JSON checkpoint per line,
-        /// as `audit.checkpoint_file` writes it).
-        #[arg(long)]
-        checkpoints: Option<std::path::PathBuf>,
-        /// An export written by `audit export --through-checkpoint` (repeat
-        /// for several): the rows retention pruned are verified from it.
-        #[arg(long)]
-        segments: Vec<std::path::PathBuf>,
-        /// With --checkpoints: fail when more rows than this follow the last
-        /// checkpoint (e.g. twice `audit.checkpoint_rows`): a long unverified
-        /// tail means checkpoints stopped, or the witness lost some.
-        #[arg(long, requires = "checkpoints")]
-        max_tail: Option<i64>,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(
-        after_help = "Examples:\n  tessera audit tail -n 50\n  tessera audit tail --run RUN_ID --follow\n  tessera audit tail --event 'capability.*' --user alice"
-    )]
-    /// Print the most recent rows; with --follow, keep printing new ones.
-    Tail {
-        /// Only rows about this run.
-        #[arg(long)]
-        run: Option<String>,
-        /// Only rows for this user.
-        #[arg(long)]
-        user: Option<String>,
-        /// Only this event, or a family such as `capability.*`.
-        #[arg(long)]
-        event: Option<String>,
-        /// How many recent rows to print first.
-        #[arg(short = 'n', long, default_value_t = 20)]
-        lines: i64,
-        /// Keep polling for new rows (Ctrl-C to stop).
-        #[arg(long)]
-        follow: bool,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(
-        after_help = "Examples:\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit export --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z | head\n  tessera audit export --through-checkpoint --output /archive/audit-$(date +%F).jsonl"
-    )]
-    /// Export rows as JSON lines (one object per row, oldest first) for a SIEM;
-    /// with --through-checkpoint, every row the store holds up to its newest
-    /// checkpoint, for retention (docs/operations.md).
-    Export {
-        /// From this time: RFC 3339 (2026-11-29T00:00:00Z) or an age (24h, 7d).
-        #[arg(
-            long,
-            required_unless_present = "through_checkpoint",
-            conflicts_with = "through_checkpoint"
-        )]
-        since: Option<String>,
-        /// Until this time (exclusive), same forms as --since.
-        #[arg(long, conflicts_with = "through_checkpoint")]
-        until: Option<String>,
-        /// Only rows about this run.
-        #[arg(long, conflicts_with = "through_checkpoint")]
-        run: Option<String>,
-        /// Every row from the first the store keeps through the newest signed
-        /// checkpoint, then that checkpoint's line; written to --output, synced,
-        /// then recorded with the broker, which may then prune those rows.
-        #[arg(long, requires = "output")]
-        through_checkpoint: bool,
-        /// The file to write (created, mode 0600; never overwritten).
-        #[arg(long, requires = "through_checkpoint")]
-        output: Option<std::path::PathBuf>,
-        /// Output format; only `jsonl`.
-        #[arg(long, default_value = "jsonl")]
-        format: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
+    Backends(backends::BackendsCommand),
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -306,47 +170,22 @@ pub fn run(cli: Cli) -> ExitCode {
     quiet_broken_pipe();
     match cli.command {
         Command::Serve(args) => serve::run(args),
-        Command::Init { dir, json } => match login::init(&dir, json) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("tessera: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::Login { remote } => block_on_remote(login::login(remote)),
-        Command::Status { remote } => block_on_remote(login::status(remote)),
-        Command::Completions { shell } => {
-            let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut command, "tessera", &mut std::io::stdout());
-            ExitCode::SUCCESS
-        }
+        Command::Init(args) => init::run(args),
+        Command::Login(args) => block_on_remote(login::run(args)),
+        Command::Status(args) => block_on_remote(status::run(args)),
+        Command::Completions(args) => completions::run(args, Cli::command()),
         Command::Exec(args) => sandbox::exec(args),
         Command::CredentialProcess(args) => sandbox::credential_process(args),
         Command::Token(cmd) => sandbox::token(cmd),
         Command::Policy(command) => policy::run(command),
         Command::Audit(cmd) => block_on_remote(audit::run(cmd)),
-        Command::Approvers(cmd) => block_on_remote(approvals::approvers(cmd)),
-        Command::Approvals(cmd) => block_on_remote(approvals::approvals(cmd)),
-        Command::Backends(BackendsCommand::Check { name, config, json }) => {
-            backends_check(&name, &config, json)
-        }
+        Command::Approvers(cmd) => block_on_remote(approvers::run(cmd)),
+        Command::Approvals(cmd) => block_on_remote(approvals::run(cmd)),
+        Command::Backends(cmd) => block_on(backends::run(cmd)),
         Command::Runtimes(cmd) => block_on_remote(runtimes::run(cmd)),
         Command::Runs(cmd) => block_on_remote(runs::run(cmd)),
         Command::Capabilities(cmd) => block_on_remote(capabilities::run(cmd)),
         Command::Leases(cmd) => block_on_remote(leases::run(cmd)),
         Command::Keys(cmd) => block_on_remote(keys::run(cmd)),
     }
-}
-
-fn backends_check(name: &str, config: &std::path::Path, json: bool) -> ExitCode {
-    block_on(async {
-        match backends::check(name, config, json).await {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::from(1),
-            Err(e) => {
-                eprintln!("tessera: {e:#}");
-                ExitCode::from(2)
-            }
-        }
-    })
 }
