@@ -19,10 +19,13 @@ mod backends;
 mod capabilities;
 mod child;
 mod completions;
+mod credential_process;
 mod egress;
 mod environment;
+mod exec;
 mod exit;
 mod grants;
+mod holds;
 mod init;
 mod keys;
 mod leases;
@@ -36,6 +39,7 @@ mod saved_token;
 mod serve;
 mod status;
 mod table;
+mod token;
 mod trust;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -135,18 +139,18 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  tessera exec --db select=pg-main:analytics.public.orders -- python report.py\n  tessera exec --aws s3:GetObject=aws-main:arn:aws:s3:::reports/q1.csv -- aws s3 cp s3://reports/q1.csv .\n  tessera exec --db orders@select=pg-main:shop.public.orders --db audit@insert=pg-main:shop.public.audit -- ./job\n  tessera exec --env-file .env --keep-env TERM -- ./tool\n\nExit status: the command's own; 125 Tessera failed before the command ran; 126/127 the command cannot be run / was not found; 124 a credential could not be revoked; 123 the holds lapsed and the command was stopped."
     )]
-    Exec(sandbox::ExecArgs),
+    Exec(exec::ExecArgs),
     /// Print AWS credential_process JSON for one action on one resource.
     #[command(
         after_help = "Examples:\n  credential_process = tessera credential-process --action s3:GetObject --resource aws-main:arn:aws:s3:::reports/*   (in ~/.aws/config)"
     )]
-    CredentialProcess(sandbox::CredentialProcessArgs),
+    CredentialProcess(credential_process::CredentialProcessArgs),
     /// Print a capability token (for tools that speak Tessera).
     #[command(subcommand)]
     #[command(
         after_help = "Examples:\n  tessera token capability --action read --resource svc-reports:reports/2026/q1.csv"
     )]
-    Token(sandbox::TokenCommand),
+    Token(token::TokenCommand),
     /// Read, export and verify the tamper-evident audit log.
     #[command(subcommand)]
     #[command(
@@ -174,9 +178,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Login(args) => block_on_remote(login::run(args)),
         Command::Status(args) => block_on_remote(status::run(args)),
         Command::Completions(args) => completions::run(args, Cli::command()),
-        Command::Exec(args) => sandbox::exec(args),
-        Command::CredentialProcess(args) => sandbox::credential_process(args),
-        Command::Token(cmd) => sandbox::token(cmd),
+        Command::Exec(args) => exec::run(args),
+        Command::CredentialProcess(args) => credential_process::run(args),
+        Command::Token(cmd) => token::run(cmd),
         Command::Policy(command) => policy::run(command),
         Command::Audit(cmd) => block_on_remote(audit::run(cmd)),
         Command::Approvers(cmd) => block_on_remote(approvers::run(cmd)),
