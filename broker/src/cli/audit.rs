@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use clap::Subcommand;
 use serde_json::Value;
 use std::io::Write;
-use tessera_client::types::{AuditQuery, AuditRecord, CheckpointsRequest};
+use tessera_client::types::{AuditQuery, AuditRecord, AuditVerifyReport, CheckpointsRequest};
 use tessera_client::AdminClient;
 
 #[derive(Debug, Subcommand)]
@@ -186,7 +186,6 @@ async fn verify(
     let client = admin(remote)?;
     let chain = client.verify_audit().await.map_err(said)?;
     let head = chain.head_seq;
-    let unkeyed = chain.unkeyed_rows;
     let mut problems: Vec<String> = vec![];
     if !chain.ok {
         match &chain.first_problem {
@@ -207,56 +206,10 @@ async fn verify(
             format!("; rows 1..{} pruned by retention verified from {n} exported rows", p.seq)
         }
     };
-    let mut checked = 0usize;
-    let mut last_checkpoint: Option<i64> = None;
-    if let Some(path) = checkpoints {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--checkpoints: cannot read {}", path.display()))?;
-        let mut tokens = vec![];
-        for (n, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            match serde_json::from_str::<Value>(line)
-                .ok()
-                .and_then(|v| v["checkpoint"].as_str().map(str::to_owned))
-            {
-                Some(t) => tokens.push(t),
-                None => problems.push(format!(
-                    "{}:{}: not a checkpoint line",
-                    path.display(),
-                    n + 1
-                )),
-            }
-        }
-        for chunk in tokens.chunks(100) {
-            let request = CheckpointsRequest {
-                checkpoints: chunk.to_vec(),
-            };
-            let v = client.check_checkpoints(&request).await.map_err(said)?;
-            for (r, jws) in v.results.into_iter().zip(chunk) {
-                checked += 1;
-                let seq = r.seq;
-                match r.status.as_str() {
-                    "matches" => last_checkpoint = last_checkpoint.max(Some(seq)),
-                    // Below the first kept row: proved by the export, if given.
-                    "pruned" => segments.check_pruned_claim(jws, &mut problems),
-                    "missing" => problems.push(format!(
-                        "checkpointed row {seq} is missing (rows were removed)"
-                    )),
-                    "changed" => problems.push(format!("checkpointed row {seq} was changed")),
-                    "bad_signature" => {
-                        problems.push("a checkpoint is not signed by this broker".to_owned())
-                    }
-                    other => problems.push(format!("a checkpoint is {other}")),
-                }
-            }
-        }
-        if checked == 0 && problems.is_empty() {
-            problems.push(format!("{} holds no checkpoint", path.display()));
-        }
-    }
+    let (checked, last_checkpoint) = match checkpoints {
+        Some(path) => check_checkpoints(&client, path, &segments, &mut problems).await?,
+        None => (0, None),
+    };
     let tail = last_checkpoint.map(|l| head - l);
     if let (Some(max), Some(t)) = (max_tail, tail) {
         if t > max {
@@ -286,45 +239,139 @@ async fn verify(
         });
         println!("{out}");
     } else {
-        let unkeyed_note = if unkeyed > 0 {
-            format!(" ({unkeyed} unkeyed rows from before the chain was keyed: they prove order, not authorship)")
-        } else {
-            String::new()
-        };
-        match status {
-            "broken" => {
-                println!("audit log BROKEN:");
-                for p in &problems {
-                    println!("  {p}");
-                }
-            }
-            "unverified_prefix" => println!(
-                "audit chain links verify: {} rows from row {}, head at {head}, {checked} checkpoints checked{unkeyed_note}{pruned_note}",
-                chain.rows,
-                chain.pruned_through.as_ref().map_or(1, |p| p.seq + 1)
-            ),
-            "chain_intact_no_checkpoints" => println!(
-                "audit chain links verify: {} rows, head at {head}{unkeyed_note}{pruned_note}; \
-                 without --checkpoints a truncation of the newest rows cannot be seen",
-                chain.rows
-            ),
-            "intact" => println!(
-                "audit log intact: {} rows, head at {head}, {checked} checkpoints match, the last at the head{unkeyed_note}{pruned_note}",
-                chain.rows
-            ),
-            _ => println!(
-                "audit log verified through checkpoint at row {}: {checked} checkpoints match; \
-                 unverified tail of {} rows ({}..{head}) after the last checkpoint{unkeyed_note}{pruned_note}",
-                last_checkpoint.unwrap_or(0),
-                tail.unwrap_or(0),
-                last_checkpoint.unwrap_or(0) + 1
-            ),
-        }
+        print_verdict(&Verdict {
+            status,
+            chain: &chain,
+            checked,
+            last_checkpoint,
+            tail,
+            problems: &problems,
+            pruned_note: &pruned_note,
+        });
     }
     if status == "broken" {
         bail!("the audit log does not verify");
     }
     Ok(())
+}
+
+/// Checks every checkpoint in the witness's file `path` against the store,
+/// adding what does not hold to `problems`: how many were checked, and the
+/// newest row a matching one covers.
+async fn check_checkpoints(
+    client: &AdminClient,
+    path: &std::path::Path,
+    segments: &super::audit_segments::Segments,
+    problems: &mut Vec<String>,
+) -> anyhow::Result<(usize, Option<i64>)> {
+    let mut checked = 0usize;
+    let mut last_checkpoint: Option<i64> = None;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--checkpoints: cannot read {}", path.display()))?;
+    let mut tokens = vec![];
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        match serde_json::from_str::<Value>(line)
+            .ok()
+            .and_then(|v| v["checkpoint"].as_str().map(str::to_owned))
+        {
+            Some(t) => tokens.push(t),
+            None => problems.push(format!(
+                "{}:{}: not a checkpoint line",
+                path.display(),
+                n + 1
+            )),
+        }
+    }
+    for chunk in tokens.chunks(100) {
+        let request = CheckpointsRequest {
+            checkpoints: chunk.to_vec(),
+        };
+        let v = client.check_checkpoints(&request).await.map_err(said)?;
+        for (r, jws) in v.results.into_iter().zip(chunk) {
+            checked += 1;
+            let seq = r.seq;
+            match r.status.as_str() {
+                "matches" => last_checkpoint = last_checkpoint.max(Some(seq)),
+                // Below the first kept row: proved by the export, if given.
+                "pruned" => segments.check_pruned_claim(jws, problems),
+                "missing" => problems.push(format!(
+                    "checkpointed row {seq} is missing (rows were removed)"
+                )),
+                "changed" => problems.push(format!("checkpointed row {seq} was changed")),
+                "bad_signature" => {
+                    problems.push("a checkpoint is not signed by this broker".to_owned())
+                }
+                other => problems.push(format!("a checkpoint is {other}")),
+            }
+        }
+    }
+    if checked == 0 && problems.is_empty() {
+        problems.push(format!("{} holds no checkpoint", path.display()));
+    }
+    Ok((checked, last_checkpoint))
+}
+
+/// What `audit verify` found, for people.
+struct Verdict<'a> {
+    status: &'static str,
+    chain: &'a AuditVerifyReport,
+    checked: usize,
+    last_checkpoint: Option<i64>,
+    tail: Option<i64>,
+    problems: &'a [String],
+    pruned_note: &'a str,
+}
+
+fn print_verdict(verdict: &Verdict) {
+    let Verdict {
+        status,
+        chain,
+        checked,
+        last_checkpoint,
+        tail,
+        problems,
+        pruned_note,
+    } = *verdict;
+    let head = chain.head_seq;
+    let unkeyed = chain.unkeyed_rows;
+    let unkeyed_note = if unkeyed > 0 {
+        format!(" ({unkeyed} unkeyed rows from before the chain was keyed: they prove order, not authorship)")
+    } else {
+        String::new()
+    };
+    match status {
+        "broken" => {
+            println!("audit log BROKEN:");
+            for p in problems {
+                println!("  {p}");
+            }
+        }
+        "unverified_prefix" => println!(
+            "audit chain links verify: {} rows from row {}, head at {head}, {checked} checkpoints checked{unkeyed_note}{pruned_note}",
+            chain.rows,
+            chain.pruned_through.as_ref().map_or(1, |p| p.seq + 1)
+        ),
+        "chain_intact_no_checkpoints" => println!(
+            "audit chain links verify: {} rows, head at {head}{unkeyed_note}{pruned_note}; \
+             without --checkpoints a truncation of the newest rows cannot be seen",
+            chain.rows
+        ),
+        "intact" => println!(
+            "audit log intact: {} rows, head at {head}, {checked} checkpoints match, the last at the head{unkeyed_note}{pruned_note}",
+            chain.rows
+        ),
+        _ => println!(
+            "audit log verified through checkpoint at row {}: {checked} checkpoints match; \
+             unverified tail of {} rows ({}..{head}) after the last checkpoint{unkeyed_note}{pruned_note}",
+            last_checkpoint.unwrap_or(0),
+            tail.unwrap_or(0),
+            last_checkpoint.unwrap_or(0) + 1
+        ),
+    }
 }
 
 async fn page(

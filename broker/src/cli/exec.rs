@@ -16,15 +16,18 @@
 //! [`super::egress`] and [`super::trust`] (`--egress`), [`super::child`] (the
 //! process tree).
 
+use super::egress::Egress;
 use super::environment::base_environment;
+use super::grants::GrantSpec;
 use super::holds::{Holder, EXIT_HOLD_LAPSED};
 use super::sandbox::{runtime, say, warnings_to_stderr};
+use super::trust::TrustBundle;
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera_client::{Capability, Client, Error};
+use tessera_client::{Capability, Client, Error, Exchanged};
 
 /// `tessera exec` exits with this when Tessera itself failed (like `env`, `timeout`).
 const EXIT_TESSERA: u8 = 125;
@@ -176,136 +179,54 @@ fn timings(args: &ExecArgs) -> Result<(Duration, Duration), String> {
     Ok((hold, parse("--grace", &args.grace)?))
 }
 
+/// What `exec` checked and prepared before it asks for anything.
+struct Prepared {
+    hold: Duration,
+    grace: Duration,
+    grants: Vec<GrantSpec>,
+    /// The environment `exec` was started with.
+    parent: BTreeMap<String, String>,
+    /// The command's environment, before its credentials are added.
+    env: BTreeMap<String, String>,
+    identity: Option<Identity>,
+}
+
 async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
-    let checked = timings(&args).and_then(|t| {
-        Ok((
-            t,
-            super::grants::parse_all(&args.token, &args.aws, &args.db)?,
-        ))
-    });
-    let ((hold, grace), grants) = match checked {
-        Ok(t) => t,
-        Err(e) => {
-            say!("tessera exec: {e}");
-            return ExitCode::from(EXIT_TESSERA);
-        }
-    };
-    let parent: BTreeMap<String, String> = std::env::vars().collect();
-    let prepared = base_environment(&parent, &args.keep_env, args.env_file.as_deref())
-        .and_then(|env| Ok((env, run_as(args.user.as_deref(), args.group.as_deref())?)));
-    let (mut env, identity) = match prepared {
+    let Prepared {
+        hold,
+        grace,
+        grants,
+        parent,
+        mut env,
+        identity,
+    } = match prepare(&args) {
         Ok(p) => p,
         Err(e) => {
             say!("tessera exec: {e}");
             return ExitCode::from(EXIT_TESSERA);
         }
     };
-    if let (Some(id), Some(file)) = (&identity, parent.get("TESSERA_RUN_TOKEN_FILE")) {
-        use std::os::unix::fs::MetadataExt;
-        // Its mode was checked when it was read (no group or other bits): the
-        // owner is the one who could still read it.
-        if std::fs::metadata(file).is_ok_and(|m| m.uid() == id.uid) {
-            say!(
-                "tessera exec: --user {}: the run token file belongs to that user, so the command \
-                 could read it; make it root's (chown root, mode 600)",
-                id.name
-            );
-            return ExitCode::from(EXIT_TESSERA);
-        }
-    }
-    if let Some(id) = &identity {
-        env.insert("HOME".into(), id.home.clone());
-        env.insert("USER".into(), id.name.clone());
-        env.insert("LOGNAME".into(), id.name.clone());
-    }
     // Handlers first: a signal while credentials are being obtained must not
-    // kill `exec` with them unrevoked. The fetch in flight is let finish (its
-    // ids are needed to revoke it), then everything is revoked.
+    // kill `exec` with them unrevoked.
     let mut signals = forwarded_signals();
     let holder = Holder::start(client.clone(), hold);
     let mut held: Vec<Capability> = Vec::new();
-    let mut stopped_by = None;
-    let mut lapsed = false;
-    let obtained = {
-        let fetch = obtain(&client, &args, &grants, &mut env, &mut held, &holder);
-        tokio::pin!(fetch);
-        loop {
-            tokio::select! {
-                r = &mut fetch => break r,
-                sig = next_signal(&mut signals), if stopped_by.is_none() => stopped_by = sig,
-                _ = holder.lapsed(), if !lapsed => lapsed = true,
-            }
-        }
-    };
-    if lapsed {
-        return not_started(
-            &client,
-            &held,
-            EXIT_HOLD_LAPSED,
-            "the holds lapsed while obtaining credentials; the command was not started",
-        )
-        .await;
+    let obtained = obtain_unless_stopped(
+        &client,
+        &args,
+        &grants,
+        &mut env,
+        &mut held,
+        &holder,
+        &mut signals,
+    )
+    .await;
+    if let Err((code, why)) = obtained {
+        return not_started(&client, &held, code, &why).await;
     }
-    if let Some(sig) = stopped_by {
-        return not_started(
-            &client,
-            &held,
-            128u8.saturating_add(sig as u8),
-            &format!("{sig} while obtaining credentials; the command was not started"),
-        )
-        .await;
-    }
-    if let Err(e) = obtained {
-        return not_started(&client, &held, EXIT_TESSERA, &e.to_string()).await;
-    }
-    let insecure = parent
-        .get("TESSERA_INSECURE_HTTP")
-        .is_some_and(|v| v == "1");
-    let approval_wait = match parse_approval_wait(&args.approval_wait) {
-        Ok(w) => w,
-        Err(e) => {
-            let why = format!("--approval-wait: {e}");
-            return not_started(&client, &held, EXIT_TESSERA, &why).await;
-        }
-    };
-    let egress = args
-        .egress
-        .as_deref()
-        .map(|gateway| {
-            super::egress::start(
-                gateway,
-                client.proxy_authorization(),
-                args.isolate_net,
-                insecure,
-                super::egress::Approvals {
-                    client: client.clone(),
-                    wait: approval_wait,
-                },
-            )
-        })
-        .transpose();
-    let egress = match egress {
-        Ok(e) => e,
-        Err(e) => return not_started(&client, &held, EXIT_TESSERA, &e).await,
-    };
-    if let Some(e) = &egress {
-        env.extend(e.environment());
-    }
-    // With credential injection, the run's CA and placeholders (none: the
-    // broker injects nothing, and the command trusts what it trusted).
-    let trust = match &egress {
-        Some(_) => match client.gateway_session().await {
-            Ok(session) => match super::trust::install(&session, &mut env) {
-                Ok(t) => Some(t),
-                Err(e) => return not_started(&client, &held, EXIT_TESSERA, &e).await,
-            },
-            Err(e) if e.code() == Some("not_found") => None,
-            Err(e) => {
-                let why = format!("--egress: the run's gateway session: {e}");
-                return not_started(&client, &held, EXIT_TESSERA, &why).await;
-            }
-        },
-        None => None,
+    let (egress, trust) = match egress_and_trust(&client, &args, &parent, &mut env).await {
+        Ok(started) => started,
+        Err(why) => return not_started(&client, &held, EXIT_TESSERA, &why).await,
     };
     let code = run_child(
         &args.command,
@@ -325,6 +246,127 @@ async fn exec_async(args: ExecArgs, client: Client) -> ExitCode {
     } else {
         ExitCode::from(EXIT_REVOKE_FAILED)
     }
+}
+
+/// Checks the flags and prepares the command's environment and user, all
+/// before anything is obtained.
+fn prepare(args: &ExecArgs) -> Result<Prepared, String> {
+    let (hold, grace) = timings(args)?;
+    let grants = super::grants::parse_all(&args.token, &args.aws, &args.db)?;
+    let parent: BTreeMap<String, String> = std::env::vars().collect();
+    let mut env = base_environment(&parent, &args.keep_env, args.env_file.as_deref())?;
+    let identity = run_as(args.user.as_deref(), args.group.as_deref())?;
+    if let (Some(id), Some(file)) = (&identity, parent.get("TESSERA_RUN_TOKEN_FILE")) {
+        use std::os::unix::fs::MetadataExt;
+        // Its mode was checked when it was read (no group or other bits): the
+        // owner is the one who could still read it.
+        if std::fs::metadata(file).is_ok_and(|m| m.uid() == id.uid) {
+            return Err(format!(
+                "--user {}: the run token file belongs to that user, so the command \
+                 could read it; make it root's (chown root, mode 600)",
+                id.name
+            ));
+        }
+    }
+    if let Some(id) = &identity {
+        env.insert("HOME".into(), id.home.clone());
+        env.insert("USER".into(), id.name.clone());
+        env.insert("LOGNAME".into(), id.name.clone());
+    }
+    Ok(Prepared {
+        hold,
+        grace,
+        grants,
+        parent,
+        env,
+        identity,
+    })
+}
+
+/// [`obtain`], while a forwarded signal or the holds lapsing stop `exec`: the
+/// fetch in flight is let finish (its ids are needed to revoke it), then the
+/// caller revokes everything. On failure, the exit code and why the command
+/// was not started.
+async fn obtain_unless_stopped(
+    client: &Client,
+    args: &ExecArgs,
+    grants: &[GrantSpec],
+    env: &mut BTreeMap<String, String>,
+    held: &mut Vec<Capability>,
+    holder: &Holder,
+    signals: &mut Forwarded,
+) -> Result<(), (u8, String)> {
+    let mut stopped_by = None;
+    let mut lapsed = false;
+    let obtained = {
+        let fetch = obtain(client, args, grants, env, held, holder);
+        tokio::pin!(fetch);
+        loop {
+            tokio::select! {
+                r = &mut fetch => break r,
+                sig = next_signal(signals), if stopped_by.is_none() => stopped_by = sig,
+                _ = holder.lapsed(), if !lapsed => lapsed = true,
+            }
+        }
+    };
+    if lapsed {
+        return Err((
+            EXIT_HOLD_LAPSED,
+            "the holds lapsed while obtaining credentials; the command was not started".into(),
+        ));
+    }
+    if let Some(sig) = stopped_by {
+        return Err((
+            128u8.saturating_add(sig as u8),
+            format!("{sig} while obtaining credentials; the command was not started"),
+        ));
+    }
+    obtained.map_err(|e| (EXIT_TESSERA, e.to_string()))
+}
+
+/// With `--egress`: the relay started and its proxy variables in `env`, and,
+/// when the broker injects credentials, the run's CA and placeholders too
+/// (without injection, none: the command trusts what it trusted). Else why
+/// the command cannot be started.
+async fn egress_and_trust(
+    client: &Client,
+    args: &ExecArgs,
+    parent: &BTreeMap<String, String>,
+    env: &mut BTreeMap<String, String>,
+) -> Result<(Option<Egress>, Option<TrustBundle>), String> {
+    let insecure = parent
+        .get("TESSERA_INSECURE_HTTP")
+        .is_some_and(|v| v == "1");
+    let approval_wait =
+        parse_approval_wait(&args.approval_wait).map_err(|e| format!("--approval-wait: {e}"))?;
+    let egress = args
+        .egress
+        .as_deref()
+        .map(|gateway| {
+            super::egress::start(
+                gateway,
+                client.proxy_authorization(),
+                args.isolate_net,
+                insecure,
+                super::egress::Approvals {
+                    client: client.clone(),
+                    wait: approval_wait,
+                },
+            )
+        })
+        .transpose()?;
+    if let Some(e) = &egress {
+        env.extend(e.environment());
+    }
+    let trust = match &egress {
+        Some(_) => match client.gateway_session().await {
+            Ok(session) => Some(super::trust::install(&session, env)?),
+            Err(e) if e.code() == Some("not_found") => None,
+            Err(e) => return Err(format!("--egress: the run's gateway session: {e}")),
+        },
+        None => None,
+    };
+    Ok((egress, trust))
 }
 
 /// The command was not started: revokes what was obtained first (nothing that
@@ -390,7 +432,7 @@ fn run_as(user: Option<&str>, group: Option<&str>) -> Result<Option<Identity>, S
 async fn obtain(
     client: &Client,
     args: &ExecArgs,
-    grants: &[super::grants::GrantSpec],
+    grants: &[GrantSpec],
     env: &mut BTreeMap<String, String>,
     held: &mut Vec<Capability>,
     holder: &Holder,
@@ -433,54 +475,69 @@ async fn obtain(
         let cap = ask(&g.action, &g.resource).await?;
         holder.add(&cap);
         let ex = client.exchange(&cap).await;
-        let id = cap.id().to_owned();
-        match g.flag {
-            "--token" => {
-                held.push(cap);
-                let ex = ex?;
-                let token = ex.field("token").and_then(|v| v.as_str()).ok_or_else(|| {
-                    Error::Protocol("--token: the backend returned no token".into())
-                })?;
-                env.insert(g.var("TESSERA_ACCESS_TOKEN"), token.to_owned());
-            }
-            "--aws" => {
-                let creds =
-                    ex.and_then(|ex| tessera_client::AwsCredentials::from_exchange(cap, ex));
-                let creds = match creds {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = client.revoke_id(&id).await;
-                        return Err(e);
-                    }
-                };
-                env.insert(g.var("AWS_ACCESS_KEY_ID"), creds.access_key_id.clone());
-                env.insert(
-                    g.var("AWS_SECRET_ACCESS_KEY"),
-                    creds.secret_access_key().to_owned(),
-                );
-                env.insert(g.var("AWS_SESSION_TOKEN"), creds.session_token().to_owned());
-                env.insert(g.var("AWS_CREDENTIAL_EXPIRATION"), creds.expiration.clone());
-                if let Some(region) = &creds.region {
-                    // Both names: the SDKs read AWS_REGION, the CLI and boto3
-                    // fall back to AWS_DEFAULT_REGION.
-                    env.insert(g.var("AWS_REGION"), region.clone());
-                    env.insert(g.var("AWS_DEFAULT_REGION"), region.clone());
+        put_credentials(client, g, cap, ex, env, held).await?;
+    }
+    Ok(())
+}
+
+/// Puts the credentials exchanged for `g` into `env`, under its names, and
+/// their capability into `held`; `--aws` or `--db` credentials the command
+/// could not use are revoked at once.
+async fn put_credentials(
+    client: &Client,
+    g: &GrantSpec,
+    cap: Capability,
+    ex: Result<Exchanged, Error>,
+    env: &mut BTreeMap<String, String>,
+    held: &mut Vec<Capability>,
+) -> Result<(), Error> {
+    let id = cap.id().to_owned();
+    match g.flag {
+        "--token" => {
+            held.push(cap);
+            let ex = ex?;
+            let token = ex
+                .field("token")
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| Error::Protocol("--token: the backend returned no token".into()))?;
+            env.insert(g.var("TESSERA_ACCESS_TOKEN"), token.to_owned());
+        }
+        "--aws" => {
+            let creds = ex.and_then(|ex| tessera_client::AwsCredentials::from_exchange(cap, ex));
+            let creds = match creds {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = client.revoke_id(&id).await;
+                    return Err(e);
                 }
-                held.push(creds.capability);
+            };
+            env.insert(g.var("AWS_ACCESS_KEY_ID"), creds.access_key_id.clone());
+            env.insert(
+                g.var("AWS_SECRET_ACCESS_KEY"),
+                creds.secret_access_key().to_owned(),
+            );
+            env.insert(g.var("AWS_SESSION_TOKEN"), creds.session_token().to_owned());
+            env.insert(g.var("AWS_CREDENTIAL_EXPIRATION"), creds.expiration.clone());
+            if let Some(region) = &creds.region {
+                // Both names: the SDKs read AWS_REGION, the CLI and boto3
+                // fall back to AWS_DEFAULT_REGION.
+                env.insert(g.var("AWS_REGION"), region.clone());
+                env.insert(g.var("AWS_DEFAULT_REGION"), region.clone());
             }
-            _ => {
-                let creds =
-                    ex.and_then(|ex| tessera_client::DatabaseCredentials::from_exchange(cap, ex));
-                let creds = match creds {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = client.revoke_id(&id).await;
-                        return Err(e);
-                    }
-                };
-                env.extend(creds.environment().into_iter().map(|(k, v)| (g.var(&k), v)));
-                held.push(creds.capability);
-            }
+            held.push(creds.capability);
+        }
+        _ => {
+            let creds =
+                ex.and_then(|ex| tessera_client::DatabaseCredentials::from_exchange(cap, ex));
+            let creds = match creds {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = client.revoke_id(&id).await;
+                    return Err(e);
+                }
+            };
+            env.extend(creds.environment().into_iter().map(|(k, v)| (g.var(&k), v)));
+            held.push(creds.capability);
         }
     }
     Ok(())

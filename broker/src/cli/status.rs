@@ -8,6 +8,7 @@
 
 use super::remote::{admin, print_json, said, Remote};
 use clap::Args;
+use tessera_client::types::BrokerStatus;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -59,14 +60,12 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     if let Some(k) = scheduled {
         println!("  {} signs from {}", k.kid, k.signs_from);
     }
-    // What other replicas wrote to the store is shown, never interpreted by
-    // the terminal: control characters become '?'.
-    let shown = |s: &str| -> String {
-        s.chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect()
-    };
-    let short = |s: &str| shown(&s.chars().take(12).collect::<String>());
+    print_store(&replicas);
+    Ok(())
+}
+
+/// The policy published, the store, and every replica sharing it.
+fn print_store(replicas: &BrokerStatus) {
     match &replicas.published_policy {
         Some(p) => println!(
             "policy:      version {} (sha256 {}), published {} by {} ({})",
@@ -105,5 +104,17 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             if r.live { "" } else { " (no heartbeat)" },
         );
     }
-    Ok(())
+}
+
+/// What other replicas wrote to the store is shown, never interpreted by the
+/// terminal: control characters become '?'.
+fn shown(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// The first 12 characters of an id or a hash, [`shown`].
+fn short(s: &str) -> String {
+    shown(&s.chars().take(12).collect::<String>())
 }
