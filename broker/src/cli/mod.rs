@@ -10,6 +10,15 @@
 //! 0 done; for commands that call the broker, 2 when the broker refused and 1
 //! for anything on this side; `serve` exits 2 on a configuration error; the
 //! policy tools, `exec` and `backends check` document their own (docs/cli.md).
+//!
+//! Layout: each command family is a file of its own that owns its clap type
+//! (its `Subcommand` enum or `Args` struct) and its `run` (`runtimes.rs` owns
+//! `RuntimesCommand` and `runtimes::run`); this file holds only the top-level
+//! [`Cli`] and [`Command`], whose variants wrap those types, and the dispatch.
+//! What several families share lives in leaves they import instead of each
+//! other: `remote` (the admin client and the `Remote` flags), `table`, `exit`,
+//! `saved_token`, and `sandbox` for the commands run inside a sandbox. No two
+//! files of `cli/` import each other, and none imports this one.
 
 mod approvals;
 mod approvers;
@@ -169,6 +178,8 @@ pub enum Command {
     Backends(backends::BackendsCommand),
 }
 
+/// Runs the command to its exit status: each family's `run`, a remote
+/// command's future on a single-threaded runtime (`exit`).
 pub fn run(cli: Cli) -> ExitCode {
     crate::server::install_crypto_provider();
     quiet_broken_pipe();
@@ -178,18 +189,18 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Login(args) => block_on_remote(login::run(args)),
         Command::Status(args) => block_on_remote(status::run(args)),
         Command::Completions(args) => completions::run(args, Cli::command()),
-        Command::Exec(args) => exec::run(args),
-        Command::CredentialProcess(args) => credential_process::run(args),
-        Command::Token(cmd) => token::run(cmd),
-        Command::Policy(command) => policy::run(command),
-        Command::Audit(cmd) => block_on_remote(audit::run(cmd)),
-        Command::Approvers(cmd) => block_on_remote(approvers::run(cmd)),
-        Command::Approvals(cmd) => block_on_remote(approvals::run(cmd)),
-        Command::Backends(cmd) => block_on(backends::run(cmd)),
         Command::Runtimes(cmd) => block_on_remote(runtimes::run(cmd)),
         Command::Runs(cmd) => block_on_remote(runs::run(cmd)),
         Command::Capabilities(cmd) => block_on_remote(capabilities::run(cmd)),
         Command::Leases(cmd) => block_on_remote(leases::run(cmd)),
         Command::Keys(cmd) => block_on_remote(keys::run(cmd)),
+        Command::Approvers(cmd) => block_on_remote(approvers::run(cmd)),
+        Command::Approvals(cmd) => block_on_remote(approvals::run(cmd)),
+        Command::Exec(args) => exec::run(args),
+        Command::CredentialProcess(args) => credential_process::run(args),
+        Command::Token(cmd) => token::run(cmd),
+        Command::Audit(cmd) => block_on_remote(audit::run(cmd)),
+        Command::Policy(cmd) => policy::run(cmd),
+        Command::Backends(cmd) => block_on(backends::run(cmd)),
     }
 }
