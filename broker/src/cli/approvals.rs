@@ -1,5 +1,6 @@
-//! `tessera approvers` (admin: mint, list, revoke approver keys) and
-//! `tessera approvals` (list, show, approve, deny).
+//! `tessera approvals list | show | approve | deny`: the approvals policy asks
+//! for, and a person's decision on one. (Approver keys are minted by
+//! `tessera approvers`, [`super::approvers`].)
 //!
 //! Who is asking decides which API is called: with an approver key
 //! (`--approver-key-file`, `TESSERA_APPROVER_KEY_FILE`) the approver's own
@@ -7,13 +8,13 @@
 //! token's, which see everything and may deny but never approve — an approval
 //! must name a person.
 
-use super::remote::{admin, admin_with, print_json, said};
-use super::Remote;
+use super::remote::{admin, admin_with, print_json, said, Remote};
+use super::table::print_table;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use secrecy::SecretString;
 use std::path::PathBuf;
-use tessera_client::types::{Approval, ApprovalListQuery, CreateApproverRequest};
+use tessera_client::types::{Approval, ApprovalListQuery};
 use tessera_client::AdminClient;
 
 #[cfg(test)]
@@ -26,37 +27,6 @@ mod tests {
         );
         assert_eq!(super::shown("plain é"), "plain é");
     }
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ApproversCommand {
-    #[command(
-        after_help = "Examples:\n  tessera approvers create dana-laptop --user dana\n  tessera approvers create dana-laptop --user dana --json | jq -r .key > dana.key"
-    )]
-    /// Mint an approver key for a user (entities.json); prints the key once.
-    Create {
-        /// A name for this key: 1-63 of [a-z0-9._-].
-        name: String,
-        /// The user whose decisions this key makes.
-        #[arg(long)]
-        user: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera approvers list")]
-    /// List approver keys (never the keys themselves).
-    List {
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera approvers revoke APPROVER_ID")]
-    /// Revoke an approver key: it stops working at once.
-    Revoke {
-        /// The approver's id (from `tessera approvers list`).
-        id: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
 }
 
 /// Whose credential decides (see the module docs).
@@ -133,48 +103,7 @@ fn client(who: &As) -> anyhow::Result<(AdminClient, bool)> {
     }
 }
 
-pub async fn approvers(cmd: ApproversCommand) -> anyhow::Result<()> {
-    match cmd {
-        ApproversCommand::Create { name, user, remote } => {
-            let v = admin(&remote)?
-                .create_approver(&CreateApproverRequest { name, user })
-                .await
-                .map_err(said)?;
-            if remote.json {
-                print_json(&v);
-            } else {
-                println!(
-                    "approver {} created for user {} (id {})",
-                    v.name, v.user, v.id
-                );
-                println!(
-                    "approver key (shown once, hand it to {} now): {}",
-                    v.user, v.key
-                );
-            }
-        }
-        ApproversCommand::List { remote } => {
-            let v = admin(&remote)?.approvers().await.map_err(said)?;
-            super::admin::print_table(
-                &remote,
-                &v,
-                "approvers",
-                &["name", "user", "id", "created_at", "revoked_at"],
-            );
-        }
-        ApproversCommand::Revoke { id, remote } => {
-            let v = admin(&remote)?.revoke_approver(&id).await.map_err(said)?;
-            if remote.json {
-                print_json(&v);
-            } else {
-                println!("approver {} ({}) revoked", v.name, v.user);
-            }
-        }
-    }
-    Ok(())
-}
-
-pub async fn approvals(cmd: ApprovalsCommand) -> anyhow::Result<()> {
+pub async fn run(cmd: ApprovalsCommand) -> anyhow::Result<()> {
     match cmd {
         ApprovalsCommand::List { status, run, who } => {
             let (c, as_approver) = client(&who)?;
@@ -203,7 +132,7 @@ pub async fn approvals(cmd: ApprovalsCommand) -> anyhow::Result<()> {
                     })
                 })
                 .collect();
-            super::admin::print_table(
+            print_table(
                 &who.remote,
                 &serde_json::json!({ "approvals": rows }),
                 "approvals",

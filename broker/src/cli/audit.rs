@@ -5,15 +5,100 @@
 //! the broker keeps appending. `export` writes one JSON object per line, oldest
 //! first — what SIEM collectors ingest.
 
-use super::remote::{admin, said};
-use super::{AuditCommand, Remote};
+use super::remote::{admin, said, Remote};
 use crate::clock::{parse_rfc3339_ms, rfc3339_ms};
 use crate::grammar::parse_duration;
 use anyhow::{bail, Context};
+use clap::Subcommand;
 use serde_json::Value;
 use std::io::Write;
-use tessera_client::types::{AuditQuery, AuditRecord, CheckpointsRequest};
+use tessera_client::types::{AuditQuery, AuditRecord, AuditVerifyReport, CheckpointsRequest};
 use tessera_client::AdminClient;
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    #[command(
+        after_help = "Examples:\n  tessera audit verify\n  tessera audit verify --checkpoints /var/lib/witness/checkpoints.jsonl --max-tail 2000\n  tessera audit verify --segments audit-0001.jsonl --segments audit-0002.jsonl --checkpoints witness.jsonl"
+    )]
+    /// Walk the chain and report the first edited, deleted or reordered row;
+    /// with --checkpoints, also prove every checkpointed row is still there
+    /// unchanged and name the rows after the last checkpoint as unverified;
+    /// with --segments, prove the rows retention pruned from their export.
+    Verify {
+        /// A checkpoint file kept by a witness (one JSON checkpoint per line,
+        /// as `audit.checkpoint_file` writes it).
+        #[arg(long)]
+        checkpoints: Option<std::path::PathBuf>,
+        /// An export written by `audit export --through-checkpoint` (repeat
+        /// for several): the rows retention pruned are verified from it.
+        #[arg(long)]
+        segments: Vec<std::path::PathBuf>,
+        /// With --checkpoints: fail when more rows than this follow the last
+        /// checkpoint (e.g. twice `audit.checkpoint_rows`): a long unverified
+        /// tail means checkpoints stopped, or the witness lost some.
+        #[arg(long, requires = "checkpoints")]
+        max_tail: Option<i64>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    #[command(
+        after_help = "Examples:\n  tessera audit tail -n 50\n  tessera audit tail --run RUN_ID --follow\n  tessera audit tail --event 'capability.*' --user alice"
+    )]
+    /// Print the most recent rows; with --follow, keep printing new ones.
+    Tail {
+        /// Only rows about this run.
+        #[arg(long)]
+        run: Option<String>,
+        /// Only rows for this user.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this event, or a family such as `capability.*`.
+        #[arg(long)]
+        event: Option<String>,
+        /// How many recent rows to print first.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: i64,
+        /// Keep polling for new rows (Ctrl-C to stop).
+        #[arg(long)]
+        follow: bool,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    #[command(
+        after_help = "Examples:\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit export --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z | head\n  tessera audit export --through-checkpoint --output /archive/audit-$(date +%F).jsonl"
+    )]
+    /// Export rows as JSON lines (one object per row, oldest first) for a SIEM;
+    /// with --through-checkpoint, every row the store holds up to its newest
+    /// checkpoint, for retention (docs/operations.md).
+    Export {
+        /// From this time: RFC 3339 (2026-11-29T00:00:00Z) or an age (24h, 7d).
+        #[arg(
+            long,
+            required_unless_present = "through_checkpoint",
+            conflicts_with = "through_checkpoint"
+        )]
+        since: Option<String>,
+        /// Until this time (exclusive), same forms as --since.
+        #[arg(long, conflicts_with = "through_checkpoint")]
+        until: Option<String>,
+        /// Only rows about this run.
+        #[arg(long, conflicts_with = "through_checkpoint")]
+        run: Option<String>,
+        /// Every row from the first the store keeps through the newest signed
+        /// checkpoint, then that checkpoint's line; written to --output, synced,
+        /// then recorded with the broker, which may then prune those rows.
+        #[arg(long, requires = "output")]
+        through_checkpoint: bool,
+        /// The file to write (created, mode 0600; never overwritten).
+        #[arg(long, requires = "through_checkpoint")]
+        output: Option<std::path::PathBuf>,
+        /// Output format; only `jsonl`.
+        #[arg(long, default_value = "jsonl")]
+        format: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
 
 /// Rows per request while exporting.
 const EXPORT_PAGE: i64 = 1000;
@@ -101,7 +186,6 @@ async fn verify(
     let client = admin(remote)?;
     let chain = client.verify_audit().await.map_err(said)?;
     let head = chain.head_seq;
-    let unkeyed = chain.unkeyed_rows;
     let mut problems: Vec<String> = vec![];
     if !chain.ok {
         match &chain.first_problem {
@@ -122,56 +206,10 @@ async fn verify(
             format!("; rows 1..{} pruned by retention verified from {n} exported rows", p.seq)
         }
     };
-    let mut checked = 0usize;
-    let mut last_checkpoint: Option<i64> = None;
-    if let Some(path) = checkpoints {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--checkpoints: cannot read {}", path.display()))?;
-        let mut tokens = vec![];
-        for (n, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            match serde_json::from_str::<Value>(line)
-                .ok()
-                .and_then(|v| v["checkpoint"].as_str().map(str::to_owned))
-            {
-                Some(t) => tokens.push(t),
-                None => problems.push(format!(
-                    "{}:{}: not a checkpoint line",
-                    path.display(),
-                    n + 1
-                )),
-            }
-        }
-        for chunk in tokens.chunks(100) {
-            let request = CheckpointsRequest {
-                checkpoints: chunk.to_vec(),
-            };
-            let v = client.check_checkpoints(&request).await.map_err(said)?;
-            for (r, jws) in v.results.into_iter().zip(chunk) {
-                checked += 1;
-                let seq = r.seq;
-                match r.status.as_str() {
-                    "matches" => last_checkpoint = last_checkpoint.max(Some(seq)),
-                    // Below the first kept row: proved by the export, if given.
-                    "pruned" => segments.check_pruned_claim(jws, &mut problems),
-                    "missing" => problems.push(format!(
-                        "checkpointed row {seq} is missing (rows were removed)"
-                    )),
-                    "changed" => problems.push(format!("checkpointed row {seq} was changed")),
-                    "bad_signature" => {
-                        problems.push("a checkpoint is not signed by this broker".to_owned())
-                    }
-                    other => problems.push(format!("a checkpoint is {other}")),
-                }
-            }
-        }
-        if checked == 0 && problems.is_empty() {
-            problems.push(format!("{} holds no checkpoint", path.display()));
-        }
-    }
+    let (checked, last_checkpoint) = match checkpoints {
+        Some(path) => check_checkpoints(&client, path, &segments, &mut problems).await?,
+        None => (0, None),
+    };
     let tail = last_checkpoint.map(|l| head - l);
     if let (Some(max), Some(t)) = (max_tail, tail) {
         if t > max {
@@ -201,45 +239,139 @@ async fn verify(
         });
         println!("{out}");
     } else {
-        let unkeyed_note = if unkeyed > 0 {
-            format!(" ({unkeyed} unkeyed rows from before the chain was keyed: they prove order, not authorship)")
-        } else {
-            String::new()
-        };
-        match status {
-            "broken" => {
-                println!("audit log BROKEN:");
-                for p in &problems {
-                    println!("  {p}");
-                }
-            }
-            "unverified_prefix" => println!(
-                "audit chain links verify: {} rows from row {}, head at {head}, {checked} checkpoints checked{unkeyed_note}{pruned_note}",
-                chain.rows,
-                chain.pruned_through.as_ref().map_or(1, |p| p.seq + 1)
-            ),
-            "chain_intact_no_checkpoints" => println!(
-                "audit chain links verify: {} rows, head at {head}{unkeyed_note}{pruned_note}; \
-                 without --checkpoints a truncation of the newest rows cannot be seen",
-                chain.rows
-            ),
-            "intact" => println!(
-                "audit log intact: {} rows, head at {head}, {checked} checkpoints match, the last at the head{unkeyed_note}{pruned_note}",
-                chain.rows
-            ),
-            _ => println!(
-                "audit log verified through checkpoint at row {}: {checked} checkpoints match; \
-                 unverified tail of {} rows ({}..{head}) after the last checkpoint{unkeyed_note}{pruned_note}",
-                last_checkpoint.unwrap_or(0),
-                tail.unwrap_or(0),
-                last_checkpoint.unwrap_or(0) + 1
-            ),
-        }
+        print_verdict(&Verdict {
+            status,
+            chain: &chain,
+            checked,
+            last_checkpoint,
+            tail,
+            problems: &problems,
+            pruned_note: &pruned_note,
+        });
     }
     if status == "broken" {
         bail!("the audit log does not verify");
     }
     Ok(())
+}
+
+/// Checks every checkpoint in the witness's file `path` against the store,
+/// adding what does not hold to `problems`: how many were checked, and the
+/// newest row a matching one covers.
+async fn check_checkpoints(
+    client: &AdminClient,
+    path: &std::path::Path,
+    segments: &super::audit_segments::Segments,
+    problems: &mut Vec<String>,
+) -> anyhow::Result<(usize, Option<i64>)> {
+    let mut checked = 0usize;
+    let mut last_checkpoint: Option<i64> = None;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--checkpoints: cannot read {}", path.display()))?;
+    let mut tokens = vec![];
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        match serde_json::from_str::<Value>(line)
+            .ok()
+            .and_then(|v| v["checkpoint"].as_str().map(str::to_owned))
+        {
+            Some(t) => tokens.push(t),
+            None => problems.push(format!(
+                "{}:{}: not a checkpoint line",
+                path.display(),
+                n + 1
+            )),
+        }
+    }
+    for chunk in tokens.chunks(100) {
+        let request = CheckpointsRequest {
+            checkpoints: chunk.to_vec(),
+        };
+        let v = client.check_checkpoints(&request).await.map_err(said)?;
+        for (r, jws) in v.results.into_iter().zip(chunk) {
+            checked += 1;
+            let seq = r.seq;
+            match r.status.as_str() {
+                "matches" => last_checkpoint = last_checkpoint.max(Some(seq)),
+                // Below the first kept row: proved by the export, if given.
+                "pruned" => segments.check_pruned_claim(jws, problems),
+                "missing" => problems.push(format!(
+                    "checkpointed row {seq} is missing (rows were removed)"
+                )),
+                "changed" => problems.push(format!("checkpointed row {seq} was changed")),
+                "bad_signature" => {
+                    problems.push("a checkpoint is not signed by this broker".to_owned())
+                }
+                other => problems.push(format!("a checkpoint is {other}")),
+            }
+        }
+    }
+    if checked == 0 && problems.is_empty() {
+        problems.push(format!("{} holds no checkpoint", path.display()));
+    }
+    Ok((checked, last_checkpoint))
+}
+
+/// What `audit verify` found, for people.
+struct Verdict<'a> {
+    status: &'static str,
+    chain: &'a AuditVerifyReport,
+    checked: usize,
+    last_checkpoint: Option<i64>,
+    tail: Option<i64>,
+    problems: &'a [String],
+    pruned_note: &'a str,
+}
+
+fn print_verdict(verdict: &Verdict) {
+    let Verdict {
+        status,
+        chain,
+        checked,
+        last_checkpoint,
+        tail,
+        problems,
+        pruned_note,
+    } = *verdict;
+    let head = chain.head_seq;
+    let unkeyed = chain.unkeyed_rows;
+    let unkeyed_note = if unkeyed > 0 {
+        format!(" ({unkeyed} unkeyed rows from before the chain was keyed: they prove order, not authorship)")
+    } else {
+        String::new()
+    };
+    match status {
+        "broken" => {
+            println!("audit log BROKEN:");
+            for p in problems {
+                println!("  {p}");
+            }
+        }
+        "unverified_prefix" => println!(
+            "audit chain links verify: {} rows from row {}, head at {head}, {checked} checkpoints checked{unkeyed_note}{pruned_note}",
+            chain.rows,
+            chain.pruned_through.as_ref().map_or(1, |p| p.seq + 1)
+        ),
+        "chain_intact_no_checkpoints" => println!(
+            "audit chain links verify: {} rows, head at {head}{unkeyed_note}{pruned_note}; \
+             without --checkpoints a truncation of the newest rows cannot be seen",
+            chain.rows
+        ),
+        "intact" => println!(
+            "audit log intact: {} rows, head at {head}, {checked} checkpoints match, the last at the head{unkeyed_note}{pruned_note}",
+            chain.rows
+        ),
+        _ => println!(
+            "audit log verified through checkpoint at row {}: {checked} checkpoints match; \
+             unverified tail of {} rows ({}..{head}) after the last checkpoint{unkeyed_note}{pruned_note}",
+            last_checkpoint.unwrap_or(0),
+            tail.unwrap_or(0),
+            last_checkpoint.unwrap_or(0) + 1
+        ),
+    }
 }
 
 async fn page(

@@ -10,8 +10,7 @@
 //! holds the audit key), chained from row 1, and must end at the link the
 //! store's first kept row starts from.
 
-use super::remote::{admin, said};
-use super::Remote;
+use super::remote::{admin, said, Remote};
 use anyhow::{bail, Context};
 use base64::Engine;
 use serde_json::Value;

@@ -8,9 +8,43 @@ use crate::backends::postgres::PostgresBackend;
 use crate::backends::Backend;
 use crate::config::{BackendConfig, Config};
 use anyhow::{bail, Context};
-use std::path::Path;
+use clap::Subcommand;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
-pub async fn check(name: &str, config: &Path, json: bool) -> anyhow::Result<bool> {
+#[derive(Debug, Subcommand)]
+pub enum BackendsCommand {
+    #[command(
+        after_help = "Examples:\n  tessera backends check pg-main\n  tessera backends check shop --config /etc/tessera/tessera.toml --json"
+    )]
+    /// Ask a database backend's server which defaults let a throw-away user do
+    /// more than its grant; print each with the SQL that closes it. Exit 1 if any.
+    Check {
+        /// The backend's name in tessera.toml.
+        name: String,
+        /// Configuration file.
+        #[arg(long, default_value = "tessera.toml")]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Exit 0 when the server has no unsafe default, 1 when it has, 2 when it
+/// could not be checked.
+pub async fn run(command: BackendsCommand) -> ExitCode {
+    let BackendsCommand::Check { name, config, json } = command;
+    match check(&name, &config, json).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("tessera: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn check(name: &str, config: &Path, json: bool) -> anyhow::Result<bool> {
     let settings = Config::load_policy_settings(config)?;
     let Some(backend_config) = settings.backends.get(name) else {
         bail!("backend {name} is not in {}", config.display());

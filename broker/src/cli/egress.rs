@@ -194,6 +194,9 @@ fn is_ours(value: &str, expected: &SecretString) -> bool {
         .into()
 }
 
+/// Serves one connection of the command's: reads its request head, refuses it
+/// (407) without this relay's credential, and passes it on to the gateway
+/// with the run's `Proxy-Authorization` instead.
 async fn relay(
     mut client: TcpStream,
     gateway: &str,
@@ -202,7 +205,59 @@ async fn relay(
     approvals: &Approvals,
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(4096);
-    let head_end = tokio::time::timeout(Duration::from_secs(30), async {
+    let Some(head_end) = read_head(&mut client, &mut buf).await? else {
+        client
+            .write_all(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n\
+                  Content-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await?;
+        return Ok(());
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let Forward {
+        request_line,
+        is_connect,
+        has_body,
+        authorized,
+        mut out,
+    } = forward_head(&head, expected);
+    if !authorized {
+        client
+            .write_all(
+                b"HTTP/1.1 407 Proxy Authentication Required\r\n\
+                  Proxy-Authenticate: Basic realm=\"tessera exec\"\r\n\
+                  Content-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await?;
+        return Ok(());
+    }
+    out.push_str(&format!(
+        "Proxy-Authorization: {}\r\n",
+        authorization.expose_secret()
+    ));
+    if !is_connect {
+        // One request per connection: the next one is authorised anew.
+        out.push_str("Connection: close\r\n");
+    }
+    out.push_str("\r\n");
+    let rest = &buf[head_end..];
+    // The request line without its version, and without a query (which may
+    // carry what the command would not print).
+    let what = request_line
+        .rsplit_once(' ')
+        .map_or(request_line.as_str(), |(w, _)| w);
+    let what = what.split('?').next().unwrap_or(what);
+    if !(rest.is_empty() && (is_connect || !has_body)) {
+        return pass_with_body(client, gateway, &out, rest, what).await;
+    }
+    send_until_decided(client, gateway, &out, what, approvals).await
+}
+
+/// Reads the command's request head into `buf`, within 30 seconds: where it
+/// ends, or `None` when it is longer than [`MAX_HEAD`].
+async fn read_head(client: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
+    tokio::time::timeout(Duration::from_secs(30), async {
         let mut chunk = [0u8; 4096];
         let mut scanned = 0;
         loop {
@@ -222,17 +277,23 @@ async fn relay(
         }
     })
     .await
-    .map_err(|_| std::io::Error::other("no request head in time"))??;
-    let Some(head_end) = head_end else {
-        client
-            .write_all(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\n\
-                  Content-Length: 0\r\nConnection: close\r\n\r\n",
-            )
-            .await?;
-        return Ok(());
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    .map_err(|_| std::io::Error::other("no request head in time"))?
+}
+
+/// A request head as the gateway gets it (before the run's credential and
+/// the blank line are added), and what the relay needs to know about it.
+struct Forward {
+    request_line: String,
+    is_connect: bool,
+    has_body: bool,
+    /// It carried this relay's credential.
+    authorized: bool,
+    /// The request line and the headers passed on: the command's
+    /// `Proxy-Authorization` and the hop-by-hop headers are dropped.
+    out: String,
+}
+
+fn forward_head(head: &str, expected: &SecretString) -> Forward {
     let mut lines = head.split("\r\n");
     let request_line = lines.next().unwrap_or_default().to_owned();
     let is_connect = request_line.starts_with("CONNECT ");
@@ -261,60 +322,57 @@ async fn relay(
             }
         }
     }
-    if !authorized {
-        client
-            .write_all(
-                b"HTTP/1.1 407 Proxy Authentication Required\r\n\
-                  Proxy-Authenticate: Basic realm=\"tessera exec\"\r\n\
-                  Content-Length: 0\r\nConnection: close\r\n\r\n",
-            )
-            .await?;
-        return Ok(());
+    Forward {
+        request_line,
+        is_connect,
+        has_body,
+        authorized,
+        out,
     }
-    out.push_str(&format!(
-        "Proxy-Authorization: {}\r\n",
-        authorization.expose_secret()
-    ));
-    if !is_connect {
-        // One request per connection: the next one is authorised anew.
-        out.push_str("Connection: close\r\n");
-    }
-    out.push_str("\r\n");
-    let rest = &buf[head_end..];
-    // The request line without its version, and without a query (which may
-    // carry what the command would not print).
-    let what = request_line
-        .rsplit_once(' ')
-        .map_or(request_line.as_str(), |(w, _)| w);
-    let what = what.split('?').next().unwrap_or(what);
-    if !(rest.is_empty() && (is_connect || !has_body)) {
-        // A body still coming: it flows while the answer is read, so the
-        // approval can be shown but the request is not the relay's to resend.
-        let mut upstream = TcpStream::connect(gateway).await?;
-        upstream.set_nodelay(true)?;
-        upstream.write_all(out.as_bytes()).await?;
-        upstream.write_all(rest).await?;
-        let (mut from_client, mut to_client) = client.into_split();
-        let (mut from_gateway, mut to_gateway) = upstream.into_split();
-        let up = async {
-            let copied = tokio::io::copy(&mut from_client, &mut to_gateway).await;
-            let _ = to_gateway.shutdown().await;
-            copied
-        };
-        let down = async {
-            let (answer, pending) = read_answer(&mut from_gateway).await?;
-            if let Some(id) = &pending {
-                eprintln!("tessera: the gateway holds {what} for approval {id}");
-            }
-            to_client.write_all(&answer).await?;
-            tokio::io::copy(&mut from_gateway, &mut to_client).await?;
-            to_client.shutdown().await
-        };
-        let (up, down) = tokio::join!(up, down);
-        up?;
-        return down;
-    }
-    // The whole request is here: once approved, it is sent again as it was.
+}
+
+/// A body still coming: it flows while the answer is read, so the approval
+/// can be shown but the request is not the relay's to resend.
+async fn pass_with_body(
+    client: TcpStream,
+    gateway: &str,
+    out: &str,
+    rest: &[u8],
+    what: &str,
+) -> std::io::Result<()> {
+    let mut upstream = TcpStream::connect(gateway).await?;
+    upstream.set_nodelay(true)?;
+    upstream.write_all(out.as_bytes()).await?;
+    upstream.write_all(rest).await?;
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_gateway, mut to_gateway) = upstream.into_split();
+    let up = async {
+        let copied = tokio::io::copy(&mut from_client, &mut to_gateway).await;
+        let _ = to_gateway.shutdown().await;
+        copied
+    };
+    let down = async {
+        let (answer, pending) = read_answer(&mut from_gateway).await?;
+        if let Some(id) = &pending {
+            eprintln!("tessera: the gateway holds {what} for approval {id}");
+        }
+        to_client.write_all(&answer).await?;
+        tokio::io::copy(&mut from_gateway, &mut to_client).await?;
+        to_client.shutdown().await
+    };
+    let (up, down) = tokio::join!(up, down);
+    up?;
+    down
+}
+
+/// The whole request is here: once approved, it is sent again as it was.
+async fn send_until_decided(
+    mut client: TcpStream,
+    gateway: &str,
+    out: &str,
+    what: &str,
+    approvals: &Approvals,
+) -> std::io::Result<()> {
     let mut waited = false;
     loop {
         let mut upstream = TcpStream::connect(gateway).await?;

@@ -1,57 +1,32 @@
-//! `tessera login`, `tessera init` and `tessera status`: getting an operator's
-//! shell and a new deployment to a working state.
+//! `tessera login`: saves an admin token for a person at a terminal.
 //!
-//! - `login` reads an admin token (from standard input, not echoed on a
-//!   terminal), checks it against the broker, and saves it where the admin
-//!   commands look last (`$XDG_CONFIG_HOME/tessera/admin.token`, mode 0600). A
-//!   file named by `TESSERA_ADMIN_TOKEN_FILE` stays the recommended way for
-//!   scripts; `login` is for a person at a terminal.
-//! - `init` creates what a production broker needs and cannot invent: the
-//!   key-encryption key and the admin token, each in its own file with mode
-//!   0600, refusing to overwrite either (losing a KEK loses every signing key).
-//! - `status` says whether the broker answers, is ready, and accepts the token.
+//! It reads the token from standard input (not echoed on a terminal, with
+//! Ctrl-C held back so the terminal is never left without echo), checks it
+//! against the broker, and saves it where the admin commands look last
+//! (`$XDG_CONFIG_HOME/tessera/admin.token`, mode 0600, [`super::saved_token`]).
+//! A file named by `TESSERA_ADMIN_TOKEN_FILE` stays the recommended way for
+//! scripts.
+//!
+//! Why its own file: the family owns its clap type and its run; the terminal
+//! handling is `login`'s alone, and where the token is kept is shared with
+//! [`super::remote`] through `saved_token`, so neither imports the other.
 
-use super::remote::{admin, admin_with, print_json, said};
-use super::Remote;
-use crate::ids::{new_secret, ADMIN_TOKEN_PREFIX};
+use super::remote::{admin_with, print_json, said, Remote};
+use super::saved_token::{save_token, saved_token_file};
+use crate::ids::ADMIN_TOKEN_PREFIX;
 use anyhow::{bail, Context};
-use secrecy::ExposeSecret;
+use clap::Args;
 use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
 
-/// Where `tessera login` keeps the token: `$XDG_CONFIG_HOME/tessera/admin.token`
-/// (default `~/.config/tessera/admin.token`).
-/// A relative `XDG_CONFIG_HOME` or `HOME` is ignored (the XDG rule): the token
-/// would land in whatever folder the command runs in, perhaps a checkout.
-pub fn saved_token_file() -> Option<PathBuf> {
-    let absolute = |v: String| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
-    let base = crate::config::process_env("XDG_CONFIG_HOME")
-        .and_then(absolute)
-        .or_else(|| {
-            crate::config::process_env("HOME")
-                .and_then(absolute)
-                .map(|h| h.join(".config"))
-        })?;
-    Some(base.join("tessera").join("admin.token"))
+#[derive(Debug, Args)]
+pub struct LoginArgs {
+    #[command(flatten)]
+    pub remote: Remote,
 }
 
-/// Reads the token `tessera login` saved, refusing a file this user does not
-/// own or that others may read (it would not be the token login wrote).
-pub fn read_saved_token(path: &Path) -> anyhow::Result<secrecy::SecretString> {
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("cannot read the saved admin token {}", path.display()))?;
-    crate::private_fs::refuse_foreign(
-        path,
-        &file.metadata()?,
-        0o077,
-        "the saved admin token must be yours with mode 600 (run `tessera login` again)",
-    )?;
-    let mut text = zeroize::Zeroizing::new(String::new());
-    std::io::Read::read_to_string(&mut &file, &mut text)?;
-    Ok(secrecy::SecretString::from(text.trim()))
-}
-
-pub async fn login(remote: Remote) -> anyhow::Result<()> {
+/// `tessera login`: the token from standard input, checked, then saved.
+pub async fn run(args: LoginArgs) -> anyhow::Result<()> {
+    let remote = args.remote;
     let token = read_token_from_stdin()?;
     if !crate::ids::has_secret_shape(token.as_str(), ADMIN_TOKEN_PREFIX) {
         bail!("that is not an admin token (they start with {ADMIN_TOKEN_PREFIX})");
@@ -63,10 +38,7 @@ pub async fn login(remote: Remote) -> anyhow::Result<()> {
         .keys()
         .await
         .map_err(said)?;
-    if let Some(dir) = path.parent() {
-        create_private_dir(dir, 0o077)?;
-    }
-    replace_private(&path, &token)?;
+    save_token(&path, &token)?;
     if remote.json {
         print_json(&serde_json::json!({ "saved": path }));
     } else {
@@ -143,152 +115,4 @@ impl Drop for Quiet {
             );
         }
     }
-}
-
-/// `dir` made (0700) or accepted only if it is ours and has none of `forbidden`:
-/// a folder another user may write to lets them swap the files in it.
-fn create_private_dir(dir: &Path, forbidden: u32) -> anyhow::Result<()> {
-    crate::private_fs::make_dir(
-        dir,
-        forbidden,
-        "use a folder you own that others cannot write to",
-    )
-}
-
-/// Writes `contents` to `path` with mode 0600 through a new file renamed over
-/// the old one, so the token is never in a file others could read.
-fn replace_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", crate::ids::new_id()));
-    crate::private_fs::write_new(&tmp, contents)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::Error::new(e).context(format!("saving {}", path.display()))
-    })
-}
-
-/// `tessera init --dir DIR`: DIR/kek and DIR/admin.token, mode 0600, never
-/// overwritten.
-pub fn init(dir: &Path, json: bool) -> anyhow::Result<()> {
-    let kek_file = dir.join("kek");
-    let token_file = dir.join("admin.token");
-    for f in [&kek_file, &token_file] {
-        if f.exists() {
-            bail!(
-                "{} exists; init never overwrites a key or a token (move it away first)",
-                f.display()
-            );
-        }
-    }
-    create_private_dir(dir, 0o022)?;
-    let (_, kek_text) = crate::keys::Kek::generate();
-    crate::private_fs::write_new(&kek_file, &kek_text)?;
-    let token = new_secret(ADMIN_TOKEN_PREFIX);
-    if let Err(e) = crate::private_fs::write_new(&token_file, token.expose_secret()) {
-        let _ = std::fs::remove_file(&kek_file);
-        return Err(e);
-    }
-    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    if json {
-        print_json(&serde_json::json!({
-            "kek_file": abs(&kek_file),
-            "admin_token_file": abs(&token_file),
-        }));
-    } else {
-        println!("created (mode 0600; back up the KEK: without it the signing keys are lost):");
-        println!("  TESSERA_KEK_FILE={}", abs(&kek_file).display());
-        println!("  TESSERA_ADMIN_TOKEN_FILE={}", abs(&token_file).display());
-    }
-    Ok(())
-}
-
-/// `tessera status`: reachable, ready, token accepted.
-pub async fn status(remote: Remote) -> anyhow::Result<()> {
-    let client = admin(&remote)?;
-    let ready = client.ready().await.map_err(said)?;
-    let keys = client.keys().await.map_err(said)?;
-    let replicas = client.status().await.map_err(said)?;
-    // As the client reached it: `host:port` is shown as `http://host:port`.
-    let addr = tessera_client::broker_address(&remote.addr);
-    let active = keys
-        .keys
-        .iter()
-        .find(|k| k.state == "active")
-        .map(|k| k.kid.clone());
-    let scheduled = keys.keys.iter().find(|k| k.state == "scheduled");
-    if remote.json {
-        print_json(&serde_json::json!({
-            "addr": addr,
-            "ready": ready.status == "ready",
-            "reasons": ready.reasons,
-            "admin_token": "accepted",
-            "signing_keys": keys.keys.len(),
-            "active_kid": active,
-            "scheduled_kid": scheduled.map(|k| &k.kid),
-            "store": replicas.store,
-            "published_policy": replicas.published_policy,
-            "unsealed_versions": replicas.unsealed_versions,
-            "replicas": replicas.replicas,
-        }));
-        return Ok(());
-    }
-    println!("broker:      {addr} ({})", ready.status);
-    for r in &ready.reasons {
-        println!("  not ready: {} ({})", r.code, r.message);
-    }
-    println!("admin token: accepted");
-    println!(
-        "signing keys: {} (active {})",
-        keys.keys.len(),
-        active.as_deref().unwrap_or("none")
-    );
-    if let Some(k) = scheduled {
-        println!("  {} signs from {}", k.kid, k.signs_from);
-    }
-    // What other replicas wrote to the store is shown, never interpreted by
-    // the terminal: control characters become '?'.
-    let shown = |s: &str| -> String {
-        s.chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect()
-    };
-    let short = |s: &str| shown(&s.chars().take(12).collect::<String>());
-    match &replicas.published_policy {
-        Some(p) => println!(
-            "policy:      version {} (sha256 {}), published {} by {} ({})",
-            p.version,
-            short(&p.sha256),
-            p.published_at,
-            short(&p.replica),
-            shown(&p.trigger)
-        ),
-        None => println!("policy:      no version published"),
-    }
-    if !replicas.unsealed_versions.is_empty() {
-        println!(
-            "  REFUSED versions {:?}: not sealed under the KEK (written to the store directly)",
-            replicas.unsealed_versions
-        );
-    }
-    println!("store:       {}", replicas.store);
-    println!("replicas:    {}", replicas.replicas.len());
-    for r in &replicas.replicas {
-        let behind = match (&replicas.published_policy, r.policy_version) {
-            (Some(p), Some(v)) if v < p.version => " BEHIND",
-            _ => "",
-        };
-        println!(
-            "  {}{} {}:{} v{} policy {} (sha256 {}){behind} key {} up {}s{}",
-            short(&r.id),
-            if r.this { "*" } else { " " },
-            shown(&r.machine),
-            r.pid,
-            shown(r.software.as_deref().unwrap_or("?")),
-            r.policy_version.map_or("?".into(), |v| v.to_string()),
-            r.policy_sha256.as_deref().map_or("?".into(), short),
-            r.signing_kid.as_deref().map_or("?".into(), short),
-            r.uptime_seconds,
-            if r.live { "" } else { " (no heartbeat)" },
-        );
-    }
-    Ok(())
 }

@@ -10,25 +10,50 @@
 //! 0 done; for commands that call the broker, 2 when the broker refused and 1
 //! for anything on this side; `serve` exits 2 on a configuration error; the
 //! policy tools, `exec` and `backends check` document their own (docs/cli.md).
+//!
+//! Layout: each command family is a file of its own that owns its clap type
+//! (its `Subcommand` enum or `Args` struct) and its `run` (`runtimes.rs` owns
+//! `RuntimesCommand` and `runtimes::run`); this file holds only the top-level
+//! [`Cli`] and [`Command`], whose variants wrap those types, and the dispatch.
+//! What several families share lives in leaves they import instead of each
+//! other: `remote` (the admin client and the `Remote` flags), `table`, `exit`,
+//! `saved_token`, and `sandbox` for the commands run inside a sandbox. No two
+//! files of `cli/` import each other, and none imports this one.
 
-mod admin;
 mod approvals;
+mod approvers;
 mod audit;
 mod audit_segments;
 mod backends;
+mod capabilities;
 mod child;
+mod completions;
+mod credential_process;
 mod egress;
 mod environment;
+mod exec;
+mod exit;
 mod grants;
+mod holds;
+mod init;
+mod keys;
+mod leases;
 mod login;
 mod policy;
 mod remote;
+mod runs;
+mod runtimes;
 mod sandbox;
+mod saved_token;
 mod serve;
+mod status;
+mod table;
+mod token;
 mod trust;
 
-use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use clap::{CommandFactory, Parser, Subcommand};
+pub use exit::usage_error;
+use exit::{block_on, block_on_remote, quiet_broken_pipe};
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
@@ -56,78 +81,62 @@ pub enum Command {
         TESSERA_LOG_FORMAT=json tessera serve --config tessera.toml --listen 0.0.0.0:8700\n\n\
         Exit status 2: the configuration, key, token or policy cannot be used (every problem is listed)."
     )]
-    Serve(ServeArgs),
+    Serve(serve::ServeArgs),
     /// Create the key-encryption key and the admin token a production broker needs
     /// (each in its own file, mode 0600; never overwritten).
     #[command(
         after_help = "Examples:\n  tessera init --dir /etc/tessera/secrets\n  \
         tessera init --dir ./secrets --json"
     )]
-    Init {
-        /// Folder to create them in (made with mode 0700 if missing).
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-        /// Print the two paths as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Init(init::InitArgs),
     /// Save an admin token (read from standard input) for the admin commands,
     /// after the broker accepted it.
     #[command(
         after_help = "Examples:\n  tessera login                       (paste the token; it is not echoed)\n  \
         tessera login --addr https://tessera.internal:8700 < admin.token"
     )]
-    Login {
-        #[command(flatten)]
-        remote: Remote,
-    },
+    Login(login::LoginArgs),
     /// Whether the broker answers, is ready, and accepts the admin token.
     #[command(
         after_help = "Examples:\n  tessera status\n  tessera status --addr tessera.internal:8700 --json"
     )]
-    Status {
-        #[command(flatten)]
-        remote: Remote,
-    },
+    Status(status::StatusArgs),
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  tessera completions bash > /etc/bash_completion.d/tessera\n  \
         tessera completions zsh > \"${fpath[1]}/_tessera\"\n  tessera completions fish > ~/.config/fish/completions/tessera.fish"
     )]
-    Completions {
-        /// The shell: bash, zsh, fish, elvish or powershell.
-        shell: clap_complete::Shell,
-    },
+    Completions(completions::CompletionsArgs),
     /// Manage runtimes (agent orchestrators).
     #[command(subcommand)]
     #[command(
         after_help = "Examples:\n  tessera runtimes create demo --users '*' --task-kinds summarize\n  tessera runtimes list\n  tessera runtimes disable demo"
     )]
-    Runtimes(RuntimesCommand),
+    Runtimes(runtimes::RuntimesCommand),
     /// List, inspect and end runs.
     #[command(subcommand)]
     #[command(
         after_help = "Examples:\n  tessera runs list --user alice\n  tessera runs show RUN_ID\n  tessera runs end RUN_ID"
     )]
-    Runs(RunsCommand),
+    Runs(runs::RunsCommand),
     /// Revoke capabilities.
     #[command(subcommand)]
     #[command(after_help = "Examples:\n  tessera capabilities revoke CAPABILITY_ID")]
-    Capabilities(CapabilitiesCommand),
+    Capabilities(capabilities::CapabilitiesCommand),
     /// Downstream removals (database users, …) still pending.
     #[command(subcommand)]
     #[command(after_help = "Examples:\n  tessera leases list --stuck")]
-    Leases(LeasesCommand),
+    Leases(leases::LeasesCommand),
     /// Manage signing keys.
     #[command(subcommand)]
     #[command(after_help = "Examples:\n  tessera keys list\n  tessera keys rotate")]
-    Keys(KeysCommand),
+    Keys(keys::KeysCommand),
     /// Mint, list and revoke approver keys (the people who approve).
     #[command(subcommand)]
     #[command(
         after_help = "Examples:\n  tessera approvers create dana-laptop --user dana\n  tessera approvers list\n  tessera approvers revoke APPROVER_ID"
     )]
-    Approvers(approvals::ApproversCommand),
+    Approvers(approvers::ApproversCommand),
     /// List, show, approve and deny approvals.
     #[command(subcommand)]
     #[command(
@@ -139,24 +148,24 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  tessera exec --db select=pg-main:analytics.public.orders -- python report.py\n  tessera exec --aws s3:GetObject=aws-main:arn:aws:s3:::reports/q1.csv -- aws s3 cp s3://reports/q1.csv .\n  tessera exec --db orders@select=pg-main:shop.public.orders --db audit@insert=pg-main:shop.public.audit -- ./job\n  tessera exec --env-file .env --keep-env TERM -- ./tool\n\nExit status: the command's own; 125 Tessera failed before the command ran; 126/127 the command cannot be run / was not found; 124 a credential could not be revoked; 123 the holds lapsed and the command was stopped."
     )]
-    Exec(sandbox::ExecArgs),
+    Exec(exec::ExecArgs),
     /// Print AWS credential_process JSON for one action on one resource.
     #[command(
         after_help = "Examples:\n  credential_process = tessera credential-process --action s3:GetObject --resource aws-main:arn:aws:s3:::reports/*   (in ~/.aws/config)"
     )]
-    CredentialProcess(sandbox::CredentialProcessArgs),
+    CredentialProcess(credential_process::CredentialProcessArgs),
     /// Print a capability token (for tools that speak Tessera).
     #[command(subcommand)]
     #[command(
         after_help = "Examples:\n  tessera token capability --action read --resource svc-reports:reports/2026/q1.csv"
     )]
-    Token(sandbox::TokenCommand),
+    Token(token::TokenCommand),
     /// Read, export and verify the tamper-evident audit log.
     #[command(subcommand)]
     #[command(
         after_help = "Examples:\n  tessera audit tail --run RUN_ID\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit verify"
     )]
-    Audit(AuditCommand),
+    Audit(audit::AuditCommand),
     /// Check, test and explain a policy directory.
     #[command(subcommand)]
     #[command(
@@ -166,392 +175,32 @@ pub enum Command {
     /// Inspect configured backends.
     #[command(subcommand)]
     #[command(after_help = "Examples:\n  tessera backends check pg-main --config tessera.toml")]
-    Backends(BackendsCommand),
+    Backends(backends::BackendsCommand),
 }
 
-#[derive(Debug, Subcommand)]
-pub enum BackendsCommand {
-    #[command(
-        after_help = "Examples:\n  tessera backends check pg-main\n  tessera backends check shop --config /etc/tessera/tessera.toml --json"
-    )]
-    /// Ask a database backend's server which defaults let a throw-away user do
-    /// more than its grant; print each with the SQL that closes it. Exit 1 if any.
-    Check {
-        /// The backend's name in tessera.toml.
-        name: String,
-        /// Configuration file.
-        #[arg(long, default_value = "tessera.toml")]
-        config: PathBuf,
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// Configuration file (tessera.toml).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Development mode: embedded SQLite in the data dir, generated keys and admin token.
-    #[arg(long)]
-    pub dev: bool,
-    /// Listen address (default 127.0.0.1:8700).
-    #[arg(long)]
-    pub listen: Option<String>,
-    /// Directory for the SQLite file and dev keys (default: working directory).
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// Policy directory (default: ./policy).
-    #[arg(long)]
-    pub policy_dir: Option<PathBuf>,
-}
-
-/// How to reach a running broker as admin.
-#[derive(Debug, Args, Clone)]
-pub struct Remote {
-    /// Broker address: https://HOST:PORT, http://HOST:PORT (loopback only) or HOST:PORT.
-    #[arg(long, env = "TESSERA_ADDR", default_value = "http://127.0.0.1:8700")]
-    pub addr: String,
-    /// File holding the admin token (else TESSERA_ADMIN_TOKEN, else what `tessera login` saved).
-    #[arg(long, env = "TESSERA_ADMIN_TOKEN_FILE")]
-    pub token_file: Option<PathBuf>,
-    /// CA certificate(s) to verify an https:// broker (default: the system's roots).
-    #[arg(long, env = "TESSERA_CA_FILE")]
-    pub ca_file: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum RuntimesCommand {
-    #[command(
-        after_help = "Examples:\n  tessera runtimes create demo --users '*' --task-kinds summarize\n  tessera runtimes create ci --users 'svc-*' --client-cert ci.pem --json | jq -r .key"
-    )]
-    /// Create a runtime; prints its API key once.
-    Create {
-        /// The runtime's name: 1-63 of [a-z0-9._-], starting with a letter or digit.
-        name: String,
-        /// Comma-separated globs of users it may start runs for (default "*").
-        #[arg(long)]
-        users: Option<String>,
-        /// Comma-separated globs of task kinds it may start runs for (default "*").
-        #[arg(long)]
-        task_kinds: Option<String>,
-        /// Pin the runtime to this TLS client certificate (PEM): its key is then
-        /// accepted only on mTLS connections presenting exactly this certificate.
-        #[arg(long)]
-        client_cert: Option<PathBuf>,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera runtimes list\n  tessera runtimes list --json")]
-    /// List runtimes.
-    List {
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera runtimes disable demo")]
-    /// Disable a runtime: its key stops working and its open runs are ended.
-    Disable {
-        /// The runtime's name (as `runtimes list` shows it).
-        name: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum RunsCommand {
-    #[command(
-        after_help = "Examples:\n  tessera runs list\n  tessera runs list --state all --user alice --limit 50\n  tessera runs list --after RUN_ID   (the next page)"
-    )]
-    /// List runs (open ones by default).
-    List {
-        /// Only runs of this runtime (by name).
-        #[arg(long)]
-        runtime: Option<String>,
-        /// Only runs for this user.
-        #[arg(long)]
-        user: Option<String>,
-        /// open, ended or all.
-        #[arg(long, default_value = "open")]
-        state: String,
-        /// At most this many runs (1-1000).
-        #[arg(long, default_value_t = 100)]
-        limit: i64,
-        /// The next page: runs after this run id (the list says it when there are more).
-        #[arg(long)]
-        after: Option<String>,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera runs show 0b9c6f7e-2a1d-4c3b-9f8e-1d2c3b4a5f60")]
-    /// Show a run with its capabilities and leases.
-    Show {
-        /// The run's id (a UUID, as `runs list` shows it).
-        id: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera runs end 0b9c6f7e-2a1d-4c3b-9f8e-1d2c3b4a5f60")]
-    /// End a run and revoke everything it was given.
-    End {
-        /// The run's id (a UUID, as `runs list` shows it).
-        id: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum CapabilitiesCommand {
-    #[command(
-        after_help = "Examples:\n  tessera capabilities revoke 5d0e8a3c-7b6f-4e2d-a1c9-8f7e6d5c4b3a"
-    )]
-    /// Revoke one capability and its leases.
-    Revoke {
-        /// The capability's id (its `jti`; `runs show` lists them).
-        id: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum LeasesCommand {
-    #[command(
-        after_help = "Examples:\n  tessera leases list\n  tessera leases list --stuck --json"
-    )]
-    /// List leases whose downstream removal is still pending (oldest first).
-    List {
-        /// Only those that failed at least 3 times.
-        #[arg(long)]
-        stuck: bool,
-        /// At most this many.
-        #[arg(long, default_value_t = 100)]
-        limit: i64,
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum KeysCommand {
-    #[command(after_help = "Examples:\n  tessera keys rotate")]
-    /// Rotate the signing key; the old one stays published until its tokens expire.
-    Rotate {
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(after_help = "Examples:\n  tessera keys list --json")]
-    /// List signing keys.
-    List {
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum AuditCommand {
-    #[command(
-        after_help = "Examples:\n  tessera audit verify\n  tessera audit verify --checkpoints /var/lib/witness/checkpoints.jsonl --max-tail 2000\n  tessera audit verify --segments audit-0001.jsonl --segments audit-0002.jsonl --checkpoints witness.jsonl"
-    )]
-    /// Walk the chain and report the first edited, deleted or reordered row;
-    /// with --checkpoints, also prove every checkpointed row is still there
-    /// unchanged and name the rows after the last checkpoint as unverified;
-    /// with --segments, prove the rows retention pruned from their export.
-    Verify {
-        /// A checkpoint file kept by a witness (one JSON checkpoint per line,
-        /// as `audit.checkpoint_file` writes it).
-        #[arg(long)]
-        checkpoints: Option<std::path::PathBuf>,
-        /// An export written by `audit export --through-checkpoint` (repeat
-        /// for several): the rows retention pruned are verified from it.
-        #[arg(long)]
-        segments: Vec<std::path::PathBuf>,
-        /// With --checkpoints: fail when more rows than this follow the last
-        /// checkpoint (e.g. twice `audit.checkpoint_rows`): a long unverified
-        /// tail means checkpoints stopped, or the witness lost some.
-        #[arg(long, requires = "checkpoints")]
-        max_tail: Option<i64>,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(
-        after_help = "Examples:\n  tessera audit tail -n 50\n  tessera audit tail --run RUN_ID --follow\n  tessera audit tail --event 'capability.*' --user alice"
-    )]
-    /// Print the most recent rows; with --follow, keep printing new ones.
-    Tail {
-        /// Only rows about this run.
-        #[arg(long)]
-        run: Option<String>,
-        /// Only rows for this user.
-        #[arg(long)]
-        user: Option<String>,
-        /// Only this event, or a family such as `capability.*`.
-        #[arg(long)]
-        event: Option<String>,
-        /// How many recent rows to print first.
-        #[arg(short = 'n', long, default_value_t = 20)]
-        lines: i64,
-        /// Keep polling for new rows (Ctrl-C to stop).
-        #[arg(long)]
-        follow: bool,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    #[command(
-        after_help = "Examples:\n  tessera audit export --since 24h > audit.jsonl\n  tessera audit export --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z | head\n  tessera audit export --through-checkpoint --output /archive/audit-$(date +%F).jsonl"
-    )]
-    /// Export rows as JSON lines (one object per row, oldest first) for a SIEM;
-    /// with --through-checkpoint, every row the store holds up to its newest
-    /// checkpoint, for retention (docs/operations.md).
-    Export {
-        /// From this time: RFC 3339 (2026-11-29T00:00:00Z) or an age (24h, 7d).
-        #[arg(
-            long,
-            required_unless_present = "through_checkpoint",
-            conflicts_with = "through_checkpoint"
-        )]
-        since: Option<String>,
-        /// Until this time (exclusive), same forms as --since.
-        #[arg(long, conflicts_with = "through_checkpoint")]
-        until: Option<String>,
-        /// Only rows about this run.
-        #[arg(long, conflicts_with = "through_checkpoint")]
-        run: Option<String>,
-        /// Every row from the first the store keeps through the newest signed
-        /// checkpoint, then that checkpoint's line; written to --output, synced,
-        /// then recorded with the broker, which may then prune those rows.
-        #[arg(long, requires = "output")]
-        through_checkpoint: bool,
-        /// The file to write (created, mode 0600; never overwritten).
-        #[arg(long, requires = "through_checkpoint")]
-        output: Option<std::path::PathBuf>,
-        /// Output format; only `jsonl`.
-        #[arg(long, default_value = "jsonl")]
-        format: String,
-        #[command(flatten)]
-        remote: Remote,
-    },
-}
-
-/// A command line clap cannot use: its message, and exit 1 (a problem on
-/// this side; 2 is kept for the broker's refusals and `serve`'s configuration
-/// errors). `--help` and `--version` print and exit 0.
-pub fn usage_error(e: clap::Error) -> ExitCode {
-    let _ = e.print();
-    if e.use_stderr() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
+/// Runs the command to its exit status: each family's `run`, a remote
+/// command's future on a single-threaded runtime (`exit`).
 pub fn run(cli: Cli) -> ExitCode {
     crate::server::install_crypto_provider();
     quiet_broken_pipe();
     match cli.command {
         Command::Serve(args) => serve::run(args),
-        Command::Init { dir, json } => match login::init(&dir, json) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("tessera: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::Login { remote } => block_on_remote(login::login(remote)),
-        Command::Status { remote } => block_on_remote(login::status(remote)),
-        Command::Completions { shell } => {
-            let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut command, "tessera", &mut std::io::stdout());
-            ExitCode::SUCCESS
-        }
-        Command::Exec(args) => sandbox::exec(args),
-        Command::CredentialProcess(args) => sandbox::credential_process(args),
-        Command::Token(cmd) => sandbox::token(cmd),
-        Command::Policy(command) => policy::run(command),
+        Command::Init(args) => init::run(args),
+        Command::Login(args) => block_on_remote(login::run(args)),
+        Command::Status(args) => block_on_remote(status::run(args)),
+        Command::Completions(args) => completions::run(args, Cli::command()),
+        Command::Runtimes(cmd) => block_on_remote(runtimes::run(cmd)),
+        Command::Runs(cmd) => block_on_remote(runs::run(cmd)),
+        Command::Capabilities(cmd) => block_on_remote(capabilities::run(cmd)),
+        Command::Leases(cmd) => block_on_remote(leases::run(cmd)),
+        Command::Keys(cmd) => block_on_remote(keys::run(cmd)),
+        Command::Approvers(cmd) => block_on_remote(approvers::run(cmd)),
+        Command::Approvals(cmd) => block_on_remote(approvals::run(cmd)),
+        Command::Exec(args) => exec::run(args),
+        Command::CredentialProcess(args) => credential_process::run(args),
+        Command::Token(cmd) => token::run(cmd),
         Command::Audit(cmd) => block_on_remote(audit::run(cmd)),
-        Command::Approvers(cmd) => block_on_remote(approvals::approvers(cmd)),
-        Command::Approvals(cmd) => block_on_remote(approvals::approvals(cmd)),
-        Command::Backends(BackendsCommand::Check { name, config, json }) => {
-            backends_check(&name, &config, json)
-        }
-        other => admin::run(other),
+        Command::Policy(cmd) => policy::run(cmd),
+        Command::Backends(cmd) => block_on(backends::run(cmd)),
     }
-}
-
-/// Runs a remote command to its exit code: its error on stderr, exit 2 when
-/// the broker refused, 1 for anything else ([`remote`]).
-fn block_on_remote(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
-    block_on(async {
-        match f.await {
-            Ok(()) => ExitCode::SUCCESS,
-            // The reader of our output went away (`… | head`): end as the
-            // signal would have ended us, saying nothing.
-            Err(e) if is_broken_pipe(&e) => ExitCode::from(141),
-            Err(e) => {
-                eprintln!("tessera: {e:#}");
-                remote::exit_status(&e)
-            }
-        }
-    })
-}
-
-fn backends_check(name: &str, config: &std::path::Path, json: bool) -> ExitCode {
-    block_on(async {
-        match backends::check(name, config, json).await {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::from(1),
-            Err(e) => {
-                eprintln!("tessera: {e:#}");
-                ExitCode::from(2)
-            }
-        }
-    })
-}
-
-/// Runs a client command's future on a single-threaded runtime.
-fn block_on(command: impl std::future::Future<Output = ExitCode>) -> ExitCode {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime.block_on(command),
-        Err(e) => {
-            eprintln!("tessera: cannot start the async runtime: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Whether `e` is a write to a pipe whose reader has gone.
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-/// Output piped into a reader that stops early (`tessera audit export | head`)
-/// ends the command quietly, as a shell tool should. Rust ignores SIGPIPE, so
-/// the write fails with EPIPE and `println!` panics; this hook turns exactly
-/// that panic into exit status 141 (128 + SIGPIPE, what the shell reports for
-/// a tool the signal ended) and leaves every other panic to the default hook.
-fn quiet_broken_pipe() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(141);
-        }
-        default(info)
-    }));
 }

@@ -75,7 +75,7 @@ pub enum PolicyCommand {
     /// rejected with its errors and the old one stays in force).
     Reload {
         #[command(flatten)]
-        remote: super::Remote,
+        remote: super::remote::Remote,
     },
 }
 
@@ -145,7 +145,7 @@ pub fn run(command: PolicyCommand) -> ExitCode {
             junit,
         } => test(&dir, config.as_deref(), json, junit.as_deref()),
         PolicyCommand::Explain(args) => explain(*args),
-        PolicyCommand::Reload { remote } => return super::block_on_remote(reload(remote)),
+        PolicyCommand::Reload { remote } => return super::exit::block_on_remote(reload(remote)),
     };
     result.unwrap_or_else(|message| {
         eprintln!("{message}");
@@ -332,7 +332,7 @@ fn now() -> i64 {
 }
 
 /// `tessera policy reload`: asks the running broker to reload its policy.
-async fn reload(remote: super::Remote) -> anyhow::Result<()> {
+async fn reload(remote: super::remote::Remote) -> anyhow::Result<()> {
     let v = super::remote::admin(&remote)?
         .reload_policy()
         .await

@@ -4,7 +4,9 @@
 //! operator reads them.
 //!
 //! Why its own module: the admin, audit and policy command families all call
-//! the broker; with the client built here, none of them depends on another.
+//! the broker; with the client built here, and [`Remote`] (the flags that say
+//! which broker and which token) defined here, none of them depends on another
+//! or on `cli/mod.rs`.
 //! The admin token travels under the run token's rules (docs/clients.md): no
 //! proxy from the environment unless `TESSERA_USE_PROXY=1`, no redirects,
 //! `http://` only to loopback unless `TESSERA_INSECURE_HTTP=1`; `https://`
@@ -19,10 +21,29 @@
 //! (its code and request id are printed); 1 anything on this side (arguments,
 //! files, no token, the broker unreachable).
 
-use crate::cli::Remote;
+use super::saved_token::{read_saved_token, saved_token_file};
 use anyhow::Context;
+use clap::Args;
 use secrecy::SecretString;
+use std::path::PathBuf;
 use tessera_client::{AdminClient, Error};
+
+/// How to reach a running broker as admin.
+#[derive(Debug, Args, Clone)]
+pub struct Remote {
+    /// Broker address: https://HOST:PORT, http://HOST:PORT (loopback only) or HOST:PORT.
+    #[arg(long, env = "TESSERA_ADDR", default_value = "http://127.0.0.1:8700")]
+    pub addr: String,
+    /// File holding the admin token (else TESSERA_ADMIN_TOKEN, else what `tessera login` saved).
+    #[arg(long, env = "TESSERA_ADMIN_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate(s) to verify an https:// broker (default: the system's roots).
+    #[arg(long, env = "TESSERA_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// The admin client for `remote`.
 pub fn admin(remote: &Remote) -> anyhow::Result<AdminClient> {
@@ -55,8 +76,8 @@ fn admin_token(remote: &Remote) -> anyhow::Result<SecretString> {
     if let Some(token) = crate::config::process_env("TESSERA_ADMIN_TOKEN") {
         return Ok(SecretString::from(token.trim()));
     }
-    if let Some(path) = super::login::saved_token_file().filter(|p| p.exists()) {
-        return super::login::read_saved_token(&path);
+    if let Some(path) = saved_token_file().filter(|p| p.exists()) {
+        return read_saved_token(&path);
     }
     anyhow::bail!(
         "no admin token: set TESSERA_ADMIN_TOKEN_FILE (or pass --token-file), set \

@@ -1,9 +1,29 @@
 //! `tessera serve`: the configuration (fail fast, naming the setting), logging,
 //! and the process's signals; the boot sequence itself is [`crate::boot`].
 
-use super::ServeArgs;
 use crate::config::{self, Config, Overrides};
+use clap::Args;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Configuration file (tessera.toml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Development mode: embedded SQLite in the data dir, generated keys and admin token.
+    #[arg(long)]
+    pub dev: bool,
+    /// Listen address (default 127.0.0.1:8700).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Directory for the SQLite file and dev keys (default: working directory).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Policy directory (default: ./policy).
+    #[arg(long)]
+    pub policy_dir: Option<PathBuf>,
+}
 
 pub fn run(args: ServeArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
