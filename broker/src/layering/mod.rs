@@ -250,3 +250,25 @@ fn the_circle_check_sees_circles_and_only_circles() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(found, [vec!["a.rs", "b.rs"], vec!["d.rs", "p/c.rs"]]);
 }
+
+/// `lib.rs`'s `# Layout` names every top-level module, so a new one cannot
+/// arrive without saying what it is for.
+#[test]
+fn the_layout_names_every_top_level_module() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let layout = lib
+        .split("//! # Layout")
+        .nth(1)
+        .expect("lib.rs has a # Layout section");
+    let modules: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod "))
+        .map(|m| m.trim_end_matches(';'))
+        .collect();
+    assert!(modules.len() > 30, "{modules:?}");
+    let missing: Vec<&&str> = modules
+        .iter()
+        .filter(|m| !layout.contains(&format!("[`{m}`]")))
+        .collect();
+    assert!(missing.is_empty(), "not in lib.rs's # Layout: {missing:?}");
+}
