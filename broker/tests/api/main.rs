@@ -15,7 +15,6 @@ mod client;
 mod client_aws;
 mod client_db;
 mod crash_revocation;
-mod db_contained;
 mod db_mysql;
 mod db_postgres;
 mod doors;

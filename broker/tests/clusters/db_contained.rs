@@ -11,8 +11,8 @@
 //! PUBLIC (an unsafe default, on purpose) hold [`OPEN`] exclusively, because
 //! strict mode checks the whole cluster and would refuse the others meanwhile.
 
-use crate::support::app::{assert_error, Db, DbBackends, TestApp};
 use crate::pg_cluster::{cluster, Cluster};
+use crate::support::app::{assert_error, Db, DbBackends, TestApp};
 use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::postgres::PgPool;

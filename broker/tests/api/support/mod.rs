@@ -1,6 +1,6 @@
-//! What the API tests share: the app builder ([`app`]), fixtures for the
-//! machine's PostgreSQL and MariaDB ([`postgres`], [`mysql`]), private
-//! PostgreSQL clusters ([`pg_cluster`]), moto for AWS ([`moto`], [`aws`]), a
+//! What the API tests (and `tests/clusters`, which includes this module) share:
+//! the app builder ([`app`]), fixtures for the machine's PostgreSQL and MariaDB
+//! ([`postgres`], [`mysql`]), moto for AWS ([`moto`], [`aws`]), a
 //! cuttable TCP proxy ([`proxy`]), a DNS server ([`dns`]) and HTTP/HTTPS
 //! servers ([`upstream`]) on loopback for the egress gateway, what its tests read back
 //! ([`egress`]), and readers for tokens and the audit chain.
@@ -13,7 +13,6 @@ pub mod dns;
 pub mod egress;
 pub mod moto;
 pub mod mysql;
-pub mod pg_cluster;
 pub mod pki;
 pub mod postgres;
 pub mod proxy;
