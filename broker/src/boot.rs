@@ -10,7 +10,7 @@
 //! admin token file (or `TESSERA_ADMIN_TOKEN_FILE` when that file does not
 //! exist yet) and, when there is no policy folder, the example policy.
 
-use crate::app::App;
+use crate::app::{App, AppState};
 use crate::clock::Clock;
 use crate::config::{self, Config};
 use crate::ids::{has_secret_shape, new_secret, secret_hash, sha256_hex, ADMIN_TOKEN_PREFIX};
@@ -20,6 +20,7 @@ use anyhow::{bail, Context};
 use secrecy::ExposeSecret;
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Set by `tessera serve` when its logs are JSON: what the boot prints for
 /// people then goes out as log events too.
@@ -30,130 +31,246 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    match crate::rlimit::raise_open_files() {
-        Some((before, after)) if after > before => {
-            tracing::info!(
-                before,
-                after,
-                "raised the open-file limit to its hard limit"
-            )
-        }
-        Some((_, after)) => tracing::info!(open_files = after, "open-file limit"),
-        None => tracing::warn!("cannot read the open-file limit"),
-    }
-    if config.dev {
-        dev_data_dir(&config.data_dir)?;
-        if config.embedded_policy {
-            crate::policy::example::write_if_missing(&config.policy_dir)?;
-            tracing::info!(policy_dir = %config.policy_dir.display(),
-                "no policy folder here: running the example policy built into the binary");
-        }
-    }
-    if let crate::config::StoreUrl::Sqlite(path) = &config.store {
-        create_private_file(path)?;
-    }
-    // The key, the policy and the admin token are each checked, and every
-    // problem is reported at once rather than one per restart.
-    let kek = load_kek(&config);
-    let policy = PolicyEngine::load_dir(&config.policy_dir)
-        .map_err(|e| anyhow::anyhow!("policy in {} is invalid:\n{e}", config.policy_dir.display()));
-    let admin = admin_token_hash(&config);
-    let (kek, policy, admin) = match (kek, policy, admin) {
-        (Ok(kek), Ok(policy), Ok(admin)) => (kek, policy, admin),
-        (kek, policy, admin) => {
-            let problems: Vec<String> = [kek.err(), policy.err(), admin.err()]
-                .into_iter()
-                .flatten()
-                .map(|e| format!("{e:#}"))
-                .collect();
-            bail!("{}", problems.join("\n"));
-        }
-    };
-    let listen = config.listen;
-    let clock = Clock::new();
-    let policy_sha256 = crate::policy::files::fingerprint(&config.policy_dir);
-    let policies = policy.policy_count();
-    let decision_cache = policy.decision_cache_summary();
-    let app = App::build(config, kek, policy, admin, clock).await?;
-    // One policy version for every replica on this store.
-    crate::policy_versions::publish_at_start(&app)
+    Broker::build(config)
+        .await?
+        .run_until_stopped(Jobs::All, shutdown)
         .await
-        .context("publishing the policy version")?;
-    let jobs = crate::jobs::start(&app);
+}
 
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("listen: cannot bind {listen}"))?;
-    // The egress gateway listens before the API does: a run started once the
-    // API answers can use it at once.
-    if let Some(gw_config) = app.config.gateway.clone() {
-        let gw_listener = tokio::net::TcpListener::bind(gw_config.listen)
-            .await
-            .with_context(|| format!("gateway.listen: cannot bind {}", gw_config.listen))?;
-        let gateway = crate::gateway::Gateway::new(app.clone(), gw_config)
-            .await
-            .context("gateway")?;
-        tokio::spawn(gateway.serve(gw_listener));
+/// Which background jobs a broker runs while it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Jobs {
+    /// Every job of a serving broker ([`crate::jobs::start`]).
+    All,
+    /// Only what tells this broker what other replicas did (rotated keys,
+    /// published policy versions); the test suite drives revocation, expiry
+    /// and the rest itself, one pass at a time, so what it asserts does not
+    /// race a background pass.
+    ReplicaSync,
+}
+
+/// A broker built and listening, not yet serving: what `tessera serve` runs
+/// and what the tests start, by the same function.
+///
+/// Why one function: a test harness that assembles the broker by hand tests
+/// its own wiring, not the one that ships. [`Broker::build`] does everything
+/// `serve` does before the first request (limits, files, keys, policy, store,
+/// the policy version, the listeners); [`Broker::run_until_stopped`] serves
+/// until told to stop, then stops the jobs.
+pub struct Broker {
+    app: AppState,
+    listener: tokio::net::TcpListener,
+    gateway: Option<(Arc<crate::gateway::Gateway>, tokio::net::TcpListener)>,
+    tls: Option<rustls::ServerConfig>,
+    /// What the start line says of the policy set.
+    policy_summary: (usize, String, String),
+}
+
+impl Broker {
+    /// Builds the broker `config` describes and binds its listeners.
+    pub async fn build(config: Config) -> anyhow::Result<Broker> {
+        Self::build_with(config, None).await
     }
-    let router = crate::api::router(app.clone());
-    let tls = match &app.config.tls {
-        Some(tls) => Some(crate::server::tls_config(tls)?),
-        None => None,
-    };
-    let addr = listener.local_addr()?;
-    let c = &app.config;
-    let backends: Vec<String> = c
-        .backends
-        .iter()
-        .map(|(name, b)| format!("{name}({})", b.kind()))
-        .collect();
-    // One line that says what this broker is: where it listens, what it stores
-    // in, which policy set it enforces and what it can hand out.
-    tracing::info!(
-        %addr,
-        store = ?c.store,
-        policy_dir = %c.policy_dir.display(),
-        policies,
-        %decision_cache,
-        policy_sha256 = %policy_sha256.get(..12).unwrap_or(&policy_sha256),
-        backends = %backends.join(","),
-        tls = tls.is_some(),
-        mtls = c.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
-        dev = c.dev,
-        "tessera listening"
-    );
-    if c.dev {
-        dev_exports(addr, tls.is_some(), c.admin_token_file.as_deref());
+
+    /// [`Broker::build`] on a listener bound already (`config.listen` is not
+    /// bound again): for a caller that must know the address before the
+    /// configuration, such as an OAuth issuer naming where the broker listens.
+    pub async fn build_on(
+        config: Config,
+        listener: tokio::net::TcpListener,
+    ) -> anyhow::Result<Broker> {
+        Self::build_with(config, Some(listener)).await
     }
-    // The deadline runs from the signal: requests in flight get most of it,
-    // the jobs what is left (see `stop_budget`).
-    let timeout = app.config.operations.shutdown_timeout;
-    let (drain, _) = stop_budget(timeout);
-    let signalled = std::sync::Arc::new(std::sync::OnceLock::new());
-    let shutdown = {
-        let (app, signalled) = (app.clone(), signalled.clone());
-        async move {
-            shutdown.await;
-            let _ = signalled.set(std::time::Instant::now());
-            app.health.begin_stopping();
+
+    async fn build_with(
+        config: Config,
+        listener: Option<tokio::net::TcpListener>,
+    ) -> anyhow::Result<Broker> {
+        match crate::rlimit::raise_open_files() {
+            Some((before, after)) if after > before => {
+                tracing::info!(
+                    before,
+                    after,
+                    "raised the open-file limit to its hard limit"
+                )
+            }
+            Some((_, after)) => tracing::info!(open_files = after, "open-file limit"),
+            None => tracing::warn!("cannot read the open-file limit"),
         }
-    };
-    crate::server::serve(
-        listener,
-        router,
-        app.config.http.clone(),
-        tls,
-        shutdown,
-        drain,
-    )
-    .await?;
-    let since = signalled
-        .get()
-        .copied()
-        .unwrap_or_else(std::time::Instant::now);
-    jobs.stop(since + stop_budget(timeout).1).await;
-    tracing::info!(took = ?since.elapsed(), deadline = ?timeout, "stopped");
-    Ok(())
+        if config.dev {
+            dev_data_dir(&config.data_dir)?;
+            if config.embedded_policy {
+                crate::policy::example::write_if_missing(&config.policy_dir)?;
+                tracing::info!(policy_dir = %config.policy_dir.display(),
+                    "no policy folder here: running the example policy built into the binary");
+            }
+        }
+        if let crate::config::StoreUrl::Sqlite(path) = &config.store {
+            create_private_file(path)?;
+        }
+        // The key, the policy and the admin token are each checked, and every
+        // problem is reported at once rather than one per restart.
+        let kek = load_kek(&config);
+        let policy = PolicyEngine::load_dir(&config.policy_dir).map_err(|e| {
+            anyhow::anyhow!("policy in {} is invalid:\n{e}", config.policy_dir.display())
+        });
+        let admin = admin_token_hash(&config);
+        let (kek, policy, admin) = match (kek, policy, admin) {
+            (Ok(kek), Ok(policy), Ok(admin)) => (kek, policy, admin),
+            (kek, policy, admin) => {
+                let problems: Vec<String> = [kek.err(), policy.err(), admin.err()]
+                    .into_iter()
+                    .flatten()
+                    .map(|e| format!("{e:#}"))
+                    .collect();
+                bail!("{}", problems.join("\n"));
+            }
+        };
+        let policy_summary = (
+            policy.policy_count(),
+            policy.decision_cache_summary(),
+            crate::policy::files::fingerprint(&config.policy_dir),
+        );
+        let app = App::build(config, kek, policy, admin, Clock::new()).await?;
+        // One policy version for every replica on this store.
+        crate::policy_versions::publish_at_start(&app)
+            .await
+            .context("publishing the policy version")?;
+        // Bound once the store, keys and policy are in place: a start that
+        // fails on any of them never accepted a connection.
+        let listener = match listener {
+            Some(l) => l,
+            None => {
+                let listen = app.config.listen;
+                tokio::net::TcpListener::bind(listen)
+                    .await
+                    .with_context(|| format!("listen: cannot bind {listen}"))?
+            }
+        };
+        let gateway = match app.config.gateway.clone() {
+            Some(gw_config) => {
+                let gw_listener = tokio::net::TcpListener::bind(gw_config.listen)
+                    .await
+                    .with_context(|| format!("gateway.listen: cannot bind {}", gw_config.listen))?;
+                let gateway = crate::gateway::Gateway::new(app.clone(), gw_config)
+                    .await
+                    .context("gateway")?;
+                Some((gateway, gw_listener))
+            }
+            None => None,
+        };
+        let tls = match &app.config.tls {
+            Some(tls) => Some(crate::server::tls_config(tls)?),
+            None => None,
+        };
+        Ok(Broker {
+            app,
+            listener,
+            gateway,
+            tls,
+            policy_summary,
+        })
+    }
+
+    /// The application state this broker serves.
+    pub fn app(&self) -> &AppState {
+        &self.app
+    }
+
+    /// Where the API listens.
+    pub fn addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Where the egress gateway listens, when `[gateway]` is configured.
+    pub fn gateway_addr(&self) -> Option<std::net::SocketAddr> {
+        self.gateway.as_ref().and_then(|(_, l)| l.local_addr().ok())
+    }
+
+    /// Serves until `shutdown` resolves, then drains the connections and
+    /// stops the jobs within `operations.shutdown_timeout`.
+    pub async fn run_until_stopped(
+        self,
+        jobs: Jobs,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Broker {
+            app,
+            listener,
+            gateway,
+            tls,
+            policy_summary: (policies, decision_cache, policy_sha256),
+        } = self;
+        let jobs = match jobs {
+            Jobs::All => Some(crate::jobs::start(&app)),
+            Jobs::ReplicaSync => {
+                crate::jobs::start_replica_sync(&app);
+                None
+            }
+        };
+        // The egress gateway serves before the API does: a run started once
+        // the API answers can use it at once.
+        if let Some((gateway, gw_listener)) = gateway {
+            tokio::spawn(gateway.serve(gw_listener));
+        }
+        let router = crate::api::router(app.clone());
+        let addr = listener.local_addr()?;
+        let c = &app.config;
+        let backends: Vec<String> = c
+            .backends
+            .iter()
+            .map(|(name, b)| format!("{name}({})", b.kind()))
+            .collect();
+        // One line that says what this broker is: where it listens, what it stores
+        // in, which policy set it enforces and what it can hand out.
+        tracing::info!(
+            %addr,
+            store = ?c.store,
+            policy_dir = %c.policy_dir.display(),
+            policies,
+            %decision_cache,
+            policy_sha256 = %policy_sha256.get(..12).unwrap_or(&policy_sha256),
+            backends = %backends.join(","),
+            tls = tls.is_some(),
+            mtls = c.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
+            dev = c.dev,
+            "tessera listening"
+        );
+        if c.dev {
+            dev_exports(addr, tls.is_some(), c.admin_token_file.as_deref());
+        }
+        // The deadline runs from the signal: requests in flight get most of it,
+        // the jobs what is left (see `stop_budget`).
+        let timeout = app.config.operations.shutdown_timeout;
+        let (drain, _) = stop_budget(timeout);
+        let signalled = std::sync::Arc::new(std::sync::OnceLock::new());
+        let shutdown = {
+            let (app, signalled) = (app.clone(), signalled.clone());
+            async move {
+                shutdown.await;
+                let _ = signalled.set(std::time::Instant::now());
+                app.health.begin_stopping();
+            }
+        };
+        crate::server::serve(
+            listener,
+            router,
+            app.config.http.clone(),
+            tls,
+            shutdown,
+            drain,
+        )
+        .await?;
+        let since = signalled
+            .get()
+            .copied()
+            .unwrap_or_else(std::time::Instant::now);
+        if let Some(jobs) = jobs {
+            jobs.stop(since + stop_budget(timeout).1).await;
+        }
+        tracing::info!(took = ?since.elapsed(), deadline = ?timeout, "stopped");
+        Ok(())
+    }
 }
 
 /// How a shutdown deadline is spent: the connections' drain, then the jobs

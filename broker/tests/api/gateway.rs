@@ -13,8 +13,6 @@ use crate::support::upstream::{TestCa, Upstream};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tessera_broker::config::GatewayConfig;
-use tessera_broker::gateway::Gateway;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -68,10 +66,11 @@ mod tempdir {
     }
 }
 
-async fn env_with(db: Option<DbBackends>, tweak: impl FnOnce(&mut GatewayConfig)) -> Env {
+/// An egress environment; `gateway` is more of the `[gateway]` table.
+async fn env_with(db: Option<DbBackends>, gateway: &str) -> Env {
     let dns = Dns::start().await;
     let config = format!(
-        "[backends.net]\nkind = \"net\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\nnameservers = [\"{}\"]\n",
+        "[backends.net]\nkind = \"net\"\n\n[gateway]\nlisten = \"127.0.0.1:0\"\nnameservers = [\"{}\"]\n{gateway}\n",
         dns.addr
     );
     let mut builder = TestApp::builder(Db::Sqlite).extra(Extra {
@@ -83,17 +82,7 @@ async fn env_with(db: Option<DbBackends>, tweak: impl FnOnce(&mut GatewayConfig)
         builder = builder.db_backends(db);
     }
     let app = builder.start().await;
-    let mut gw_config = app
-        .state
-        .config
-        .gateway
-        .clone()
-        .expect("[gateway] configured");
-    tweak(&mut gw_config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gateway = listener.local_addr().unwrap();
-    let gw = Gateway::new(app.state.clone(), gw_config).await.unwrap();
-    tokio::spawn(gw.serve(listener));
+    let gateway = app.gateway.expect("[gateway] configured");
     let ca = TestCa::new();
     let dir = tempdir::Dir::new();
     let ca_file = dir.0.join("ca.pem");
@@ -120,7 +109,7 @@ async fn env_with(db: Option<DbBackends>, tweak: impl FnOnce(&mut GatewayConfig)
 }
 
 async fn env() -> Env {
-    env_with(None, |_| {}).await
+    env_with(None, "").await
 }
 
 /// What curl did: exit code, body, and the proxy's answer to CONNECT (`%{http_connect}`)
@@ -612,10 +601,10 @@ fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn byte_and_duration_limits_cut_the_connection() {
-    let e = env_with(None, |g| {
-        g.max_bytes_down_per_run = 64 * 1024;
-        g.max_connection_duration = std::time::Duration::from_secs(1);
-    })
+    let e = env_with(
+        None,
+        "max_bytes_down_per_run = 65536\nmax_connection_duration = \"1s\"",
+    )
     .await;
     let (_, run_id, token) = e.app.run_for("alice").await;
     let got = curl(
@@ -688,7 +677,7 @@ async fn proxy_authentication_is_the_run_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forbidden_destination_ends_the_run_and_its_database_user_disappears() {
     let fx = PgFixture::new().await;
-    let e = env_with(Some(DbBackends::default()), |_| {}).await;
+    let e = env_with(Some(DbBackends::default()), "").await;
     let (key, run_id, token) = e.app.run_for("alice").await;
     let cap = e
         .app
@@ -741,7 +730,7 @@ async fn a_forbidden_destination_ends_the_run_and_its_database_user_disappears()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_run_on_deny_ends_the_run_at_any_refused_destination() {
-    let e = env_with(None, |g| g.end_run_on_deny = true).await;
+    let e = env_with(None, "end_run_on_deny = true").await;
     let (_, run_id, token) = e.app.run_for("alice").await;
     // An open connection of the run is cut when it ends.
     let mut open = TcpStream::connect(e.gateway).await.unwrap();
@@ -799,10 +788,7 @@ async fn tls_tunnel(e: &Env, token: &str) -> tokio_rustls::client::TlsStream<Tcp
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_connections_end_with_their_run_and_their_deadline() {
     tessera_broker::server::install_crypto_provider();
-    let e = env_with(None, |g| {
-        g.max_connection_duration = std::time::Duration::from_secs(2)
-    })
-    .await;
+    let e = env_with(None, "max_connection_duration = \"2s\"").await;
     let (key, run_id, token) = e.app.run_for("alice").await;
     let mut tls = tls_tunnel(&e, &token).await;
     tls.write_all(b"GET /one HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
@@ -875,7 +861,7 @@ async fn a_failed_authentication_closes_the_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tunnels_hold_their_connection_slot() {
     tessera_broker::server::install_crypto_provider();
-    let e = env_with(None, |g| g.max_connections = 2).await;
+    let e = env_with(None, "max_connections = 2").await;
     let (_, _, token) = e.app.run_for("alice").await;
     let _one = tls_tunnel(&e, &token).await;
     let _two = tls_tunnel(&e, &token).await;

@@ -14,8 +14,6 @@ use serde_json::{json, Value};
 use sha2::Digest;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use tessera_broker::config::GatewayConfig;
-use tessera_broker::gateway::Gateway;
 
 const POLICY: &str = r#"
 @id("inject-hosts")
@@ -66,7 +64,8 @@ struct Env {
     s3_port: u16,
 }
 
-async fn env_with(tweak: impl FnOnce(&mut GatewayConfig)) -> Env {
+/// The injection environment; `gateway` is more of the `[gateway]` table.
+async fn env_with(gateway: &str) -> Env {
     let dns = Dns::start().await;
     let ca = TestCa::new();
     let dir = crate::support::app::TempDir::new();
@@ -135,9 +134,10 @@ aws_backend = "aws-main"
 aws_service = "s3"
 
 [gateway]
-listen = "127.0.0.1:{gw_port}"
+listen = "127.0.0.1:0"
 nameservers = ["{dns}"]
 upstream_roots = "{roots}"
+{gateway}
 "#,
         api = api.port(),
         api2 = api2.port(),
@@ -145,11 +145,6 @@ upstream_roots = "{roots}"
         endpoint = m.endpoint,
         dns = dns.addr,
         roots = test_ca.display(),
-        gw_port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port(),
     );
     let mut env = crate::support::aws::broker_env();
     env.push(("TEST_API_SECRET".into(), secret.clone()));
@@ -161,12 +156,7 @@ upstream_roots = "{roots}"
         })
         .start()
         .await;
-    let mut gw_config = app.state.config.gateway.clone().expect("[gateway]");
-    tweak(&mut gw_config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gateway = listener.local_addr().unwrap();
-    let gw = Gateway::new(app.state.clone(), gw_config).await.unwrap();
-    tokio::spawn(gw.serve(listener));
+    let gateway = app.gateway.expect("[gateway]");
     Env {
         app,
         _dns: dns,
@@ -184,7 +174,7 @@ upstream_roots = "{roots}"
 }
 
 async fn env() -> Env {
-    env_with(|_| {}).await
+    env_with("").await
 }
 
 impl Env {
@@ -716,7 +706,7 @@ async fn requests_outside_the_rule_or_policy_are_refused_before_anything_is_sent
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_placeholder_anywhere_else_is_refused_and_audited() {
-    let e = env_with(|c| c.end_run_on_placeholder_misuse = false).await;
+    let e = env_with("end_run_on_placeholder_misuse = false").await;
     let (_, run_id, token) = e.app.run_for("alice").await;
     let (ca, session) = e.session(&token).await;
     let ph = placeholder(&session, "api");
@@ -796,7 +786,7 @@ async fn a_placeholder_anywhere_else_is_refused_and_audited() {
     );
 
     // Another run's placeholder is this run's misuse, and can end it.
-    let e = env_with(|c| c.end_run_on_placeholder_misuse = true).await;
+    let e = env_with("end_run_on_placeholder_misuse = true").await;
     let (_, run_a, token_a) = e.app.run_for("alice").await;
     let (_, session_a) = e.session(&token_a).await;
     let (_, run_b, token_b) = e.app.run_for("alice").await;

@@ -1,6 +1,6 @@
 //! TLS termination and mTLS for runtimes, with certificates made on the fly.
 
-use crate::support::app::{assert_error, test_policy, TempDir};
+use crate::support::app::{assert_error, TempDir};
 use crate::support::pki::{pki, Pki};
 use reqwest::StatusCode;
 use rustls::pki_types::pem::PemObject;
@@ -8,11 +8,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tessera_broker::app::App;
-use tessera_broker::clock::Clock;
+use tessera_broker::boot::{Broker, Jobs};
 use tessera_broker::config::{Config, Overrides};
-use tessera_broker::ids::{new_secret, secret_hash, ADMIN_TOKEN_PREFIX};
-use tessera_broker::keys::Kek;
+use tessera_broker::ids::{new_secret, ADMIN_TOKEN_PREFIX};
 
 fn client(pki: &Pki, addr: SocketAddr, identity: Option<&(String, String)>) -> reqwest::Client {
     let mut roots = rustls::RootCertStore::empty();
@@ -69,31 +67,17 @@ async fn tls_with_mtls_for_runtimes() {
         ..Default::default()
     };
     let config = Config::from_toml(&toml, &overrides, &env).unwrap();
-    let tls = tessera_broker::server::tls_config(config.tls.as_ref().unwrap()).unwrap();
+    // The dev broker's admin token where it reads it; its KEK it makes.
     let admin = new_secret(ADMIN_TOKEN_PREFIX);
-    let app = App::build(
-        config,
-        Kek::generate().0,
-        test_policy(),
-        Some(secret_hash(&admin)),
-        Clock::new(),
+    tessera_broker::private_fs::write_new(
+        &dir.0.join("admin.token"),
+        secrecy::ExposeSecret::expose_secret(&admin),
     )
-    .await
     .unwrap();
-    tessera_broker::policy_versions::publish_at_start(&app)
-        .await
-        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = tessera_broker::api::router(app.clone());
-    tokio::spawn(tessera_broker::server::serve(
-        listener,
-        router,
-        app.config.http.clone(),
-        Some(tls),
-        std::future::pending(),
-        std::time::Duration::from_secs(10),
-    ));
+    let broker = Broker::build_on(config, listener).await.unwrap();
+    tokio::spawn(broker.run_until_stopped(Jobs::ReplicaSync, std::future::pending()));
     let url = |p: &str| format!("https://tessera.test:{}{p}", addr.port());
 
     // Plain HTTP to the TLS port gets nothing.

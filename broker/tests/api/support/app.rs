@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use sqlx::{Connection, Executor};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use tessera_broker::app::{App, AppState};
-use tessera_broker::clock::Clock;
+use tessera_broker::app::AppState;
+use tessera_broker::boot::{Broker, Jobs};
 use tessera_broker::config::{Config, Overrides};
 use tessera_broker::ids::{new_secret, ADMIN_TOKEN_PREFIX};
 use tessera_broker::keys::Kek;
@@ -156,10 +156,6 @@ impl Default for DbBackends {
     }
 }
 
-pub fn test_policy() -> PolicyEngine {
-    test_policy_with("")
-}
-
 /// The test policy plus `extra` as a second file (when not empty).
 pub fn test_policy_with(extra: &str) -> PolicyEngine {
     let schema = std::fs::read_to_string(concat!(
@@ -188,6 +184,8 @@ pub fn write_policy_dir(dir: &std::path::Path) {
 
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The egress gateway's address, when the configuration has `[gateway]`.
+    pub gateway: Option<SocketAddr>,
     pub state: AppState,
     pub client: reqwest::Client,
     pub admin_token: String,
@@ -419,35 +417,31 @@ impl TestApp {
             &env,
         )
         .expect("test config");
-        let state = App::build(
-            config,
-            Kek::from_base64(&kek).expect("kek"),
-            test_policy_with(&extra.policy),
-            Some(tessera_broker::ids::sha256_hex(admin.as_bytes())),
-            Clock::new(),
-        )
-        .await
-        .expect("app builds");
-        tessera_broker::policy_versions::publish_at_start(&state)
+        // The key and the admin token where a dev broker reads them, as an
+        // operator would leave them; the broker is built and served by the
+        // function `tessera serve` uses.
+        for (file, secret) in [("tessera-dev.kek", &kek), ("admin.token", &admin)] {
+            let path = dir.0.join(file);
+            if !path.exists() {
+                tessera_broker::private_fs::write_new(&path, secret).expect("secret file");
+            }
+        }
+        let broker = Broker::build_on(config, listener)
             .await
-            .expect("policy published");
-        // Keys and policy versions from other replicas, as `serve` has them.
-        tessera_broker::jobs::start_replica_sync(&state);
-        let router = tessera_broker::api::router(state.clone());
-        let http = state.config.http.clone();
+            .expect("broker builds");
+        let state = broker.app().clone();
+        let gateway = broker.gateway_addr();
+        // Only the replica sync runs in the background, as it does in
+        // `serve`; the tests drive revocation, expiry and webhooks one pass
+        // at a time themselves.
         let server = tokio::spawn(async move {
-            let _ = tessera_broker::server::serve(
-                listener,
-                router,
-                http,
-                None,
-                std::future::pending(),
-                std::time::Duration::from_secs(10),
-            )
-            .await;
+            let _ = broker
+                .run_until_stopped(Jobs::ReplicaSync, std::future::pending())
+                .await;
         });
         TestApp {
             addr,
+            gateway,
             state,
             client: reqwest::Client::new(),
             admin_token: admin,
