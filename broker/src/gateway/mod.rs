@@ -119,7 +119,12 @@ impl Gateway {
         let slots = Arc::new(Semaphore::new(self.config.max_connections as usize));
         let mut stopping = self.app.stopping.subscribe();
         tokio::spawn(self.clone().cut_ended_runs());
-        tracing::info!(listen = %self.config.listen, "egress gateway listening");
+        // The address bound, not the one configured: `127.0.0.1:0` is a port
+        // the system chose.
+        let listen = listener
+            .local_addr()
+            .map_or_else(|_| self.config.listen.to_string(), |a| a.to_string());
+        tracing::info!(%listen, "egress gateway listening");
         loop {
             let accepted = tokio::select! {
                 a = listener.accept() => a,

@@ -1178,7 +1178,7 @@ async fn the_secret_never_reaches_the_brokers_log() {
     let e = env().await;
     // The real binary on the same store and configuration, logging everything.
     let broker = e.app.process(&[("TESSERA_LOG", "trace")]).await;
-    let gateway = e.app.state.config.gateway.as_ref().unwrap().listen;
+    let gateway = broker.gateway_addr().await;
     let (_, _, token) = e.app.run_for("alice").await;
     let (ca, _) = e.session(&token).await;
     let ca_pem = std::fs::read_to_string(&ca).unwrap();

@@ -664,6 +664,30 @@ pub struct ProcessBroker {
 }
 
 impl ProcessBroker {
+    /// Where the process's egress gateway listens (from its log: the
+    /// configuration may say port 0), waiting up to ten seconds for it.
+    pub async fn gateway_addr(&self) -> SocketAddr {
+        for _ in 0..100 {
+            let log = self.log_text();
+            let found = log
+                .lines()
+                .filter(|l| l.contains("egress gateway listening"))
+                .find_map(|l| {
+                    l.split("listen=")
+                        .nth(1)?
+                        .split_whitespace()
+                        .next()?
+                        .parse()
+                        .ok()
+                });
+            if let Some(addr) = found {
+                return addr;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("the broker process's gateway did not say where it listens")
+    }
+
     /// Sends `signal` (e.g. `SIGTERM`, `SIGKILL`) to the process.
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal)

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Runs the test suite's lanes side by side, each as soon as what it needs is built.
+
+Usage: scripts/lanes.py TIER LOG_DIR -- CARGO_ARGS...   (scripts/test.sh calls it)
+
+Why: the suite mostly waits (on brokers starting, databases, revocation
+deadlines) while the compiler mostly computes, so a lane starts the moment
+cargo reports the binaries it needs, while the rest still compiles. cargo's
+`--message-format=json` names each artefact as it is finished. The test
+binaries are run directly, as `cargo test` would run them (from their
+package's folder): cargo holds the build directory's lock while its own tests
+run, so lanes of `cargo test` would take turns. Each lane's output is kept
+whole in its own log and printed when the lane ends; every lane runs whatever
+another's outcome, and the suite fails if any lane failed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+TIER, LOGS = sys.argv[1], sys.argv[2]
+CARGO_ARGS = sys.argv[sys.argv.index("--") + 1 :]
+TARGET = os.environ.get("CARGO_TARGET_DIR", "target")
+BIN = os.path.join(TARGET, "debug", "tessera")
+
+# A lane: its name, what it needs built ("KIND:NAME" of a test binary, "bin"
+# for the tessera binary, "all" for the whole build), and its steps. A step is
+# ("test", "KIND:NAME", args) — a test binary — or a command.
+FULL = [
+    ("api", ["test:api"], [("test", "test:api", [])]),
+    ("clusters", ["test:clusters"], [("test", "test:clusters", [])]),
+    (
+        "unit",
+        ["lib:tessera_broker", "bin:tessera", "lib:tessera_client"],
+        [
+            ("test", "lib:tessera_broker", []),
+            ("test", "bin:tessera", []),
+            ("test", "lib:tessera_client", []),
+        ],
+    ),
+    # Doc tests are compiled and run by rustdoc: through cargo, once the build
+    # is done and its lock free.
+    ("doc", ["all"], [["cargo", "test", "--locked", "--workspace", "--doc"]]),
+    (
+        "binaries",
+        ["test:cli", "test:first_day", "test:policy_cli"],
+        [
+            ("test", "test:cli", []),
+            ("test", "test:first_day", []),
+            ("test", "test:policy_cli", []),
+        ],
+    ),
+    ("policies", ["bin"], [[BIN, "policy", "check", "policy"], [BIN, "policy", "test", "policy"]]),
+    ("schemathesis", ["bin"], [["scripts/schemathesis.sh", "run", BIN]]),
+    ("console", ["bin"], [["scripts/console-test.sh", "run", BIN]]),
+    ("python", ["bin"], [["scripts/python.sh", "run", BIN]]),
+]
+FAST = [
+    ("unit", ["lib:tessera_broker"], [("test", "lib:tessera_broker", [])]),
+    ("bin", ["bin:tessera"], [("test", "bin:tessera", [])]),
+    # The API tests against SQLite: every `both_stores!` test's SQLite half
+    # and every test named for SQLite.
+    ("api-sqlite", ["test:api"], [("test", "test:api", ["sqlite"])]),
+    # The CLI's basics: its errors, the admin commands, the first run.
+    ("cli", ["test:cli"], [("test", "test:cli", ["errors::", "admin::", "first_run::"])]),
+    ("policies", ["bin"], [[BIN, "policy", "check", "policy"], [BIN, "policy", "test", "policy"]]),
+]
+LANES = FULL if TIER == "full" else FAST
+
+built = {}  # "KIND:NAME" -> (package dir, executable); "bin" -> the tessera binary
+running = {}  # name -> (Popen, started, log file)
+pending = list(LANES)
+failed = []
+started_at = time.monotonic()
+
+
+def lane_script(steps):
+    """The lane as one shell script: its steps in order, the first failure ends it."""
+    lines = ["set -e"]
+    for step in steps:
+        if isinstance(step, tuple):
+            _, key, args = step
+            pkg, exe = built[key]
+            cmd = " ".join(map(shq, [exe, *args]))
+            lines.append(f"echo {shq('== ' + key + ': ' + exe + ' ' + ' '.join(args))}")
+            lines.append(f"(cd {shq(pkg)} && CARGO_MANIFEST_DIR={shq(pkg)} {cmd})")
+        else:
+            lines.append(" ".join(map(shq, step)))
+    return "\n".join(lines)
+
+
+def shq(s):
+    return "'" + str(s).replace("'", "'\\''") + "'"
+
+
+def start_ready(build_done):
+    for lane in list(pending):
+        name, needs, steps = lane
+        if all((n == "all" and build_done) or n in built for n in needs):
+            pending.remove(lane)
+            log = open(os.path.join(LOGS, name + ".log"), "w")
+            proc = subprocess.Popen(["bash", "-c", lane_script(steps)], stdout=log, stderr=subprocess.STDOUT)
+            running[name] = (proc, time.monotonic(), log)
+            print(f"== lane {name}: started at {time.monotonic() - started_at:.0f}s", flush=True)
+
+
+def report(name, rc):
+    proc, started, log = running.pop(name)
+    log.close()
+    took = time.monotonic() - started
+    print(f"== lane {name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {took:.0f}s", flush=True)
+    with open(os.path.join(LOGS, name + ".log")) as f:
+        sys.stdout.write(f.read())
+    print(f"== end of lane {name}", flush=True)
+    if rc != 0:
+        failed.append(name)
+
+
+def reap():
+    for name, (proc, _, _) in list(running.items()):
+        rc = proc.poll()
+        if rc is not None:
+            report(name, rc)
+
+
+print("== building the tests", flush=True)
+cargo = subprocess.Popen(
+    ["cargo", "test", "--locked", *CARGO_ARGS, "--no-run", "--message-format=json-render-diagnostics"],
+    stdout=subprocess.PIPE,
+    text=True,
+)
+for line in cargo.stdout:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    t = m["target"]
+    pkg = os.path.dirname(m["manifest_path"])
+    if m["profile"]["test"]:
+        built[f"{t['kind'][0]}:{t['name']}"] = (pkg, m["executable"])
+    elif t["name"] == "tessera" and "bin" in t["kind"]:
+        built["bin"] = (pkg, m["executable"])
+    start_ready(build_done=False)
+    reap()
+if cargo.wait() != 0:
+    print("== the build failed", file=sys.stderr)
+    for proc, _, _ in running.values():
+        proc.terminate()
+    sys.exit(1)
+print(f"== built in {time.monotonic() - started_at:.0f}s", flush=True)
+start_ready(build_done=True)
+if pending:
+    print(f"== lanes whose binaries were not built: {[l[0] for l in pending]}", file=sys.stderr)
+    sys.exit(1)
+while running:
+    reap()
+    time.sleep(0.2)
+if failed:
+    print(f"== failed lanes: {' '.join(failed)} (logs in {LOGS})", file=sys.stderr)
+    sys.exit(1)
