@@ -50,7 +50,7 @@
 //! - [`backends`]: the downstream credentials a capability is exchanged for.
 //!
 //! Small leaves
-//! - [`ids`]: identifiers, bearer secrets and their hashes;
+//! - [`ids`]: identifiers, randomness, hex and SHA-256;
 //! - [`secret`]: the bearer secrets (run tokens, runtime keys, the admin token,
 //!   approver keys), each a type that checks its shape, hashes and never prints;
 //! - [`clock`]: the broker's "now";

@@ -12,16 +12,16 @@ use crate::audit::{events, AuditEvent};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::grammar::parse_duration;
-use crate::ids::{is_id, new_id, new_secret, secret_hash, RUN_TOKEN_PREFIX};
+use crate::ids::{is_id, new_id};
 use crate::names::{self, GlobList};
 use crate::policy::admit;
+use crate::secret::RunToken;
 use crate::store::capabilities::{leases_for_run, list_for_run};
 use crate::store::runs::{self, CreateRun, EndRun, RunRecord};
 use crate::store::writer::AppendAudit;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use secrecy::ExposeSecret;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::RunListQuery;
 use tessera_client::types::{
@@ -111,7 +111,7 @@ pub async fn create(
         ));
     }
     let now = app.clock.now();
-    let token = new_secret(RUN_TOKEN_PREFIX);
+    let token = RunToken::generate();
     let record = RunRecord {
         id: new_id(),
         runtime_id: rt.id.clone(),
@@ -137,7 +137,7 @@ pub async fn create(
         .writer()
         .submit(CreateRun {
             record,
-            token_hash: secret_hash(&token),
+            token_hash: token.sha256(),
             audit,
         })
         .await?;
