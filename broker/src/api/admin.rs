@@ -125,7 +125,7 @@ pub async fn create_runtime(
         record.name, record.users, record.task_kinds
     ));
     let response = CreateRuntimeResponse {
-        id: record.id.clone(),
+        id: record.id.clone().into(),
         name: record.name.clone(),
         key: key.expose_secret().to_owned(),
         users: record.users.clone(),
@@ -179,7 +179,7 @@ pub async fn list_runtimes(
     let runtimes = list
         .into_iter()
         .map(|r| Runtime {
-            id: r.id,
+            id: r.id.into(),
             name: r.name,
             users: r.users,
             task_kinds: r.task_kinds,

@@ -96,7 +96,7 @@ pub async fn create_approver(
     audit.user = Some(req.user.clone());
     audit.detail = Some(format!("approver={} id={}", record.name, record.id));
     let response = CreateApproverResponse {
-        id: record.id.clone(),
+        id: record.id.clone().into(),
         name: record.name.clone(),
         user: record.user_name.clone(),
         key: key.expose_secret().to_owned(),

@@ -527,7 +527,7 @@ impl TestApp {
         assert_eq!(resp.status(), StatusCode::CREATED);
         let v: Value = resp.json().await.expect("json");
         let run = wire::<CreateRunResponse>(&v);
-        (run.run_id, run.run_token)
+        (run.run_id.into(), run.run_token)
     }
 
     /// A runtime "rt" for everyone and a run for `user`.
