@@ -15,7 +15,6 @@
 //!
 //! `bench/db.sh` runs it in release mode. Loopback only; cleans up after itself.
 
-use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor, PgConnection};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -63,7 +62,7 @@ async fn main() -> anyhow::Result<()> {
 
     let dir = std::env::temp_dir().join(format!("tessera-db-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let admin = tessera_broker::ids::new_secret(tessera_broker::ids::ADMIN_TOKEN_PREFIX);
+    let admin = tessera_broker::secret::AdminToken::generate();
     let admin_token = admin.expose_secret().to_owned();
     let (app, base) = start_broker(&dir, &pg, &admin_token, iterations).await?;
     let http = reqwest::Client::new();

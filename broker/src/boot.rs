@@ -13,11 +13,10 @@
 use crate::app::{App, AppState};
 use crate::clock::Clock;
 use crate::config::{self, Config};
-use crate::ids::{has_secret_shape, new_secret, secret_hash, sha256_hex, ADMIN_TOKEN_PREFIX};
 use crate::keys::Kek;
 use crate::policy::PolicyEngine;
+use crate::secret::AdminToken;
 use anyhow::{bail, Context};
-use secrecy::ExposeSecret;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -400,16 +399,17 @@ fn admin_token_hash(config: &Config) -> anyhow::Result<Option<String>> {
             if config.dev {
                 dev_owned(path, "the development admin token")?;
             }
-            let token = std::fs::read_to_string(path)
-                .with_context(|| format!("admin token file {}", path.display()))?;
-            let token = token.trim();
-            if !has_secret_shape(token, ADMIN_TOKEN_PREFIX) {
+            let text = zeroize::Zeroizing::new(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("admin token file {}", path.display()))?,
+            );
+            let Ok(token) = AdminToken::parse(text.trim()) else {
                 bail!(
                     "config error: admin token file {} does not hold a tsr_adm_ token",
                     path.display()
                 );
-            }
-            return Ok(Some(sha256_hex(token.as_bytes())));
+            };
+            return Ok(Some(token.sha256()));
         }
         if !config.dev {
             bail!(
@@ -417,10 +417,10 @@ fn admin_token_hash(config: &Config) -> anyhow::Result<Option<String>> {
                 path.display()
             );
         }
-        let token = new_secret(ADMIN_TOKEN_PREFIX);
+        let token = AdminToken::generate();
         crate::private_fs::write_new(path, token.expose_secret())?;
         tracing::info!(path = %path.display(), "generated a development admin token (mode 0600)");
-        return Ok(Some(secret_hash(&token)));
+        return Ok(Some(token.sha256()));
     }
     tracing::warn!("no admin token configured: the admin API is disabled");
     Ok(None)

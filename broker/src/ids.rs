@@ -1,23 +1,17 @@
-//! Identifiers, bearer secrets and their hashes.
+//! Identifiers, randomness, hex and SHA-256: the small helpers every part of
+//! the broker names things and draws random values with.
 //!
-//! Every bearer credential the broker mints carries a recognisable prefix
-//! (`tsr_rt_`, `tsr_run_`, `tsr_adm_`) so that a leaked one is greppable and secret
-//! scanners can find it, and holds 256 bits from the operating system's CSPRNG.
-//! Only the SHA-256 of a bearer secret is ever stored or compared.
+//! Why a leaf of its own: ids, request ids and random tokens are minted
+//! everywhere (the store, the doors, the backends, the CLI), and must all come
+//! from the operating system's CSPRNG in one known way. The broker's bearer
+//! credentials (run tokens, runtime keys, the admin token, approver keys) are
+//! typed on top of [`new_secret`] in [`crate::secret`], which checks their
+//! shape and hashes them.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ring::rand::{SecureRandom, SystemRandom};
-use secrecy::{ExposeSecret, SecretString};
-
-/// Prefix of runtime API keys.
-pub const RUNTIME_KEY_PREFIX: &str = "tsr_rt_";
-/// Prefix of run tokens.
-pub const RUN_TOKEN_PREFIX: &str = "tsr_run_";
-/// Prefix of admin tokens.
-pub const ADMIN_TOKEN_PREFIX: &str = "tsr_adm_";
-/// Prefix of approver keys (`tessera approvers create`).
-pub const APPROVER_KEY_PREFIX: &str = "tsr_apr_";
+use secrecy::SecretString;
 
 /// Fills a buffer from the system CSPRNG. The OS generator failing is not
 /// something a request can cause or recover from.
@@ -89,22 +83,19 @@ pub fn is_id(s: &str) -> bool {
         })
 }
 
-/// A new bearer secret: `prefix` followed by 256 random bits in base64url.
+/// A new random token: `prefix` followed by 256 bits from the OS CSPRNG in
+/// unpadded base64url (43 characters). The broker's bearer credentials are
+/// made through [`crate::secret::Secret::generate`]; this is also what the
+/// gateway's placeholders and `tessera exec`'s local proxy password are.
 pub fn new_secret(prefix: &str) -> SecretString {
-    let raw = random_bytes::<32>();
-    SecretString::from(format!("{prefix}{}", URL_SAFE_NO_PAD.encode(raw)))
-}
-
-/// Checks the shape of a presented bearer secret before it is hashed and looked up.
-pub fn has_secret_shape(token: &str, prefix: &str) -> bool {
-    token
-        .strip_prefix(prefix)
-        .is_some_and(|rest| rest.len() == 43 && URL_SAFE_NO_PAD.decode(rest).is_ok())
-}
-
-/// Lowercase hex SHA-256 of a secret: what the store keeps instead of the secret.
-pub fn secret_hash(secret: &SecretString) -> String {
-    sha256_hex(secret.expose_secret().as_bytes())
+    let mut raw = random_bytes::<32>();
+    // Built at its final length, so moving it into the SecretString copies
+    // nothing that would be left behind unzeroized.
+    let mut text = String::with_capacity(prefix.len() + 43);
+    text.push_str(prefix);
+    URL_SAFE_NO_PAD.encode_string(raw, &mut text);
+    zeroize::Zeroize::zeroize(&mut raw);
+    SecretString::from(text)
 }
 
 /// Lowercase hex SHA-256.
@@ -182,13 +173,18 @@ mod tests {
         assert_eq!(all.len(), 4 * per_thread * 2);
     }
 
+    /// The shape checks of each kind of bearer secret are
+    /// `crate::secret`'s tests.
     #[test]
     fn secrets_have_prefix_and_full_entropy_shape() {
-        let s = new_secret(RUN_TOKEN_PREFIX);
-        assert!(has_secret_shape(s.expose_secret(), RUN_TOKEN_PREFIX));
-        assert!(!has_secret_shape(s.expose_secret(), RUNTIME_KEY_PREFIX));
-        assert!(!has_secret_shape("tsr_run_short", RUN_TOKEN_PREFIX));
-        assert_eq!(secret_hash(&s).len(), 64);
-        assert!(!format!("{s:?}").contains(s.expose_secret()));
+        use secrecy::ExposeSecret;
+        let s = new_secret("tsr_ph_");
+        let text = s.expose_secret();
+        let rest = text.strip_prefix("tsr_ph_").unwrap();
+        assert_eq!(rest.len(), 43);
+        assert_eq!(URL_SAFE_NO_PAD.decode(rest).unwrap().len(), 32);
+        assert_ne!(text, new_secret("tsr_ph_").expose_secret());
+        assert_eq!(sha256_hex(text.as_bytes()).len(), 64);
+        assert!(!format!("{s:?}").contains(text));
     }
 }

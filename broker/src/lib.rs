@@ -50,7 +50,9 @@
 //! - [`backends`]: the downstream credentials a capability is exchanged for.
 //!
 //! Small leaves
-//! - [`ids`]: identifiers, bearer secrets and their hashes;
+//! - [`ids`]: identifiers, randomness, hex and SHA-256;
+//! - [`secret`]: the bearer secrets (run tokens, runtime keys, the admin token,
+//!   approver keys), each a type that checks its shape, hashes and never prints;
 //! - [`clock`]: the broker's "now";
 //! - [`error`]: the one HTTP error type;
 //! - [`boxed`]: the boxed future trait methods return;
@@ -93,6 +95,7 @@ pub mod policy_versions;
 pub mod private_fs;
 pub mod resource;
 pub mod rlimit;
+pub mod secret;
 pub mod server;
 pub mod settings;
 pub mod store;

@@ -5,6 +5,7 @@
 //! keys an administrator mints; the decision is recorded with each approver's
 //! name and user.
 
+use crate::id::Id;
 use serde::{Deserialize, Serialize};
 
 /// Where an approval stands.
@@ -73,14 +74,7 @@ impl std::fmt::Display for ApprovalRule {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApprovalPending {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub approval_id: String,
+    pub approval_id: Id,
     /// `pending`, or `approved` when the same request was approved and not yet redeemed.
     pub status: ApprovalStatus,
     /// RFC 3339 UTC time: when it expires, pending or approved.
@@ -115,23 +109,9 @@ pub struct ApprovalDecision {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Approval {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub approval_id: String,
+    pub approval_id: Id,
     pub status: ApprovalStatus,
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub run_id: String,
+    pub run_id: Id,
     /// The run's user: who asked.
     pub user: String,
     pub task_id: String,
@@ -183,15 +163,8 @@ pub struct ApprovalListQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
     /// Only this run's approvals.
-    #[cfg_attr(
-        feature = "openapi",
-        param(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub run_id: Option<Id>,
     /// At most this many, newest first, 1-500 (default 100).
     #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 500))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -242,14 +215,7 @@ pub struct CreateApproverRequest {
 #[derive(Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreateApproverResponse {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub id: String,
+    pub id: Id,
     pub name: String,
     pub user: String,
     /// The approver key, shown exactly once.

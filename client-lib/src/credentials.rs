@@ -38,7 +38,7 @@ pub struct Capability {
 impl Capability {
     pub(crate) fn new(r: CapabilityResponse, action: &str, resource: &str) -> Capability {
         Capability {
-            id: r.capability_id,
+            id: r.capability_id.into(),
             token: SecretString::from(r.token),
             action: action.to_owned(),
             resource: resource.to_owned(),
@@ -92,7 +92,7 @@ impl From<ExchangeResponse> for Exchanged {
     fn from(r: ExchangeResponse) -> Self {
         Exchanged {
             kind: r.kind,
-            lease_id: r.lease_id,
+            lease_id: r.lease_id.into(),
             expires_at: r.expires_at,
             uses_left: r.uses_left,
             fields: r.fields,

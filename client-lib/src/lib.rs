@@ -42,6 +42,7 @@
 mod approval_types;
 pub mod arguments;
 pub mod error_code;
+mod id;
 mod oauth_types;
 #[cfg(feature = "openapi")]
 pub mod schema;

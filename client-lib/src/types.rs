@@ -7,6 +7,7 @@
 
 pub use crate::approval_types::*;
 pub use crate::error_code::ErrorCode;
+pub use crate::id::Id;
 pub use crate::oauth_types::*;
 #[cfg(feature = "openapi")]
 pub use crate::schema::DurationSchema;
@@ -61,14 +62,7 @@ pub struct CreateRunRequest {
 #[derive(Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreateRunResponse {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub run_id: String,
+    pub run_id: Id,
     /// The run token, shown exactly once.
     #[cfg_attr(feature = "openapi", schema(pattern = "^tsr_run_[A-Za-z0-9_-]{43}$"))]
     pub run_token: String,
@@ -133,14 +127,7 @@ pub struct CapabilityRequest {
     pub arguments: Option<serde_json::Value>,
     /// Redeem this approval (from an earlier 202): the request must be the same run, action, resource and arguments. `null` is the same as leaving it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub approval_id: Option<String>,
+    pub approval_id: Option<Id>,
 }
 
 impl CapabilityRequest {
@@ -163,14 +150,7 @@ impl CapabilityRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CapabilityResponse {
     /// The capability's `jti`.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub capability_id: String,
+    pub capability_id: Id,
     /// The capability: a compact JWS (EdDSA, `typ` `tsr-cap+jwt`) with the claims of `CapabilityClaims`.
     pub token: String,
     /// RFC 3339 UTC time.
@@ -225,14 +205,7 @@ pub struct ExchangeResponse {
     #[cfg_attr(feature = "openapi", schema(example = "token"))]
     pub kind: String,
     /// The lease id; for `token` backends also the access token's `jti`.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub lease_id: String,
+    pub lease_id: Id,
     /// When the downstream credential expires (with the capability).
     #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
     pub expires_at: String,
@@ -278,14 +251,7 @@ impl std::fmt::Debug for IntrospectRequest {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EndRunResponse {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub run_id: String,
+    pub run_id: Id,
     pub revoked: RevokedCounts,
 }
 
@@ -319,8 +285,7 @@ pub struct RenewHoldsRequest {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RenewedHold {
-    #[cfg_attr(feature = "openapi", schema(format = "uuid"))]
-    pub capability_id: String,
+    pub capability_id: Id,
     /// The hold's new lapse time.
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub lapses_at: String,
@@ -341,14 +306,7 @@ pub struct RenewHoldsResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RevokeCapabilityResponse {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub capability_id: String,
+    pub capability_id: Id,
     /// False when the capability was already revoked (or its run already ended).
     pub revoked: bool,
 }
@@ -357,14 +315,7 @@ pub struct RevokeCapabilityResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CapabilitySummary {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub capability_id: String,
+    pub capability_id: Id,
     pub action: String,
     pub resource: String,
     /// RFC 3339 UTC time.
@@ -386,22 +337,8 @@ pub struct CapabilitySummary {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseSummary {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub lease_id: String,
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub capability_id: String,
+    pub lease_id: Id,
+    pub capability_id: Id,
     /// Backend instance name.
     pub backend: String,
     /// Backend kind, e.g. `token`.
@@ -421,24 +358,10 @@ pub struct LeaseSummary {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunView {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub run_id: String,
+    pub run_id: Id,
     pub user: String,
     pub task: Task,
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub runtime_id: String,
+    pub runtime_id: Id,
     pub labels: Vec<String>,
     /// RFC 3339 UTC time.
     #[cfg_attr(feature = "openapi", schema(format = DateTime, example = "2026-05-01T12:30:00Z"))]
@@ -482,14 +405,7 @@ pub struct CreateRuntimeRequest {
 #[derive(Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreateRuntimeResponse {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub id: String,
+    pub id: Id,
     pub name: String,
     /// The runtime API key, shown exactly once.
     #[cfg_attr(feature = "openapi", schema(pattern = "^tsr_rt_[A-Za-z0-9_-]{43}$"))]
@@ -512,14 +428,7 @@ impl std::fmt::Debug for CreateRuntimeResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Runtime {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub id: String,
+    pub id: Id,
     pub name: String,
     pub users: String,
     pub task_kinds: String,
@@ -573,25 +482,11 @@ pub struct KeyList {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PendingRevocation {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub lease_id: String,
+    pub lease_id: Id,
     pub backend: String,
     /// The downstream object to remove (e.g. a database user name).
     pub downstream_ref: String,
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub run_id: String,
+    pub run_id: Id,
     #[cfg_attr(feature = "openapi", schema(example = "run_ended"))]
     pub reason: String,
     /// RFC 3339 UTC time.
@@ -741,14 +636,7 @@ pub struct DisableRuntimeResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunSummary {
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub run_id: String,
+    pub run_id: Id,
     pub user: String,
     pub task: Task,
     /// Name of the runtime that started the run.
@@ -834,14 +722,7 @@ pub struct CapabilityClaims {
     /// The user.
     pub sub: String,
     /// The capability id.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub jti: String,
+    pub jti: Id,
     /// Unix seconds.
     pub iat: i64,
     /// Unix seconds.
@@ -849,25 +730,11 @@ pub struct CapabilityClaims {
     /// Unix seconds.
     pub exp: i64,
     /// The run id.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub run: String,
+    pub run: Id,
     /// The task id.
     pub task: String,
     /// The runtime id.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub rt: String,
+    pub rt: Id,
     /// The action.
     pub act: String,
     /// The resource, `BACKEND:PATH`.
@@ -895,14 +762,7 @@ pub struct AccessTokenClaims {
     /// The user.
     pub sub: String,
     /// The lease id.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub jti: String,
+    pub jti: Id,
     pub iat: i64,
     pub nbf: i64,
     /// Unix seconds; equals the capability's `exp`.
@@ -915,14 +775,7 @@ pub struct AccessTokenClaims {
     pub resource: String,
     pub act: Actor,
     /// The capability this token was exchanged for.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
-    pub cap: String,
+    pub cap: Id,
     /// The capability's `args` claim: the hash of the arguments it was issued for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
@@ -1028,15 +881,8 @@ pub struct RunListQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// Run id cursor from `next_cursor`.
-    #[cfg_attr(
-        feature = "openapi",
-        param(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
+    pub after: Option<Id>,
     /// Page size, 1-1000 (default 100).
     #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1050,25 +896,11 @@ pub struct RunListQuery {
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     /// Only rows about this run id.
-    #[cfg_attr(
-        feature = "openapi",
-        param(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<String>,
+    pub run: Option<Id>,
     /// Only rows about this capability id.
-    #[cfg_attr(
-        feature = "openapi",
-        param(
-            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            format = "uuid"
-        )
-    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capability: Option<String>,
+    pub capability: Option<Id>,
     /// Only rows for this user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,

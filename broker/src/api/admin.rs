@@ -6,15 +6,15 @@ use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
-use crate::ids::{new_id, new_secret, secret_hash, RUNTIME_KEY_PREFIX};
+use crate::ids::new_id;
 use crate::keys::manage;
 use crate::names::GlobList;
+use crate::secret::RuntimeKey;
 use crate::store::runtimes::{self, CreateRuntime, DisableRuntime, RuntimeRecord};
 use crate::store::StoreError;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use secrecy::ExposeSecret;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::{
     CreateRuntimeRequest, CreateRuntimeResponse, DisableRuntimeResponse, KeyInfo, KeyList,
@@ -108,7 +108,7 @@ pub async fn create_runtime(
             "pinning needs mTLS: configure tls.client_ca_file first",
         ));
     }
-    let key = new_secret(RUNTIME_KEY_PREFIX);
+    let key = RuntimeKey::generate();
     let record = RuntimeRecord {
         id: new_id(),
         name: req.name.clone(),
@@ -125,7 +125,7 @@ pub async fn create_runtime(
         record.name, record.users, record.task_kinds
     ));
     let response = CreateRuntimeResponse {
-        id: record.id.clone(),
+        id: record.id.clone().into(),
         name: record.name.clone(),
         key: key.expose_secret().to_owned(),
         users: record.users.clone(),
@@ -136,7 +136,7 @@ pub async fn create_runtime(
         .writer()
         .submit(CreateRuntime {
             record,
-            key_hash: secret_hash(&key),
+            key_hash: key.sha256(),
             audit,
         })
         .await
@@ -179,7 +179,7 @@ pub async fn list_runtimes(
     let runtimes = list
         .into_iter()
         .map(|r| Runtime {
-            id: r.id,
+            id: r.id.into(),
             name: r.name,
             users: r.users,
             task_kinds: r.task_kinds,

@@ -42,9 +42,9 @@ use crate::grant::approval::rules;
 fn wire(view: &ApprovalView, now: i64) -> Approval {
     let r = &view.record;
     Approval {
-        approval_id: r.id.clone(),
+        approval_id: r.id.clone().into(),
         status: r.status_at(now),
-        run_id: r.run_id.clone(),
+        run_id: r.run_id.clone().into(),
         user: view.user.clone(),
         task_id: view.task_id.clone(),
         task_kind: view.task_kind.clone(),
@@ -226,7 +226,7 @@ fn list_filter(q: &ApprovalListQuery) -> Result<ListFilter, ApiError> {
     }
     Ok(ListFilter {
         status,
-        run_id: q.run_id.clone(),
+        run_id: q.run_id.clone().map(String::from),
         limit,
     })
 }

@@ -9,12 +9,12 @@ use crate::app::AppState;
 use crate::audit::{events, AuditEvent};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
-use crate::ids::{is_id, new_id, new_secret, secret_hash, APPROVER_KEY_PREFIX};
+use crate::ids::{is_id, new_id};
+use crate::secret::ApproverKey;
 use crate::store::approvers::{self, ApproverRecord, CreateApprover, RevokeApprover};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use secrecy::ExposeSecret;
 use std::sync::Arc;
 use tessera_client::types::{
     Approver, ApproverList, CreateApproverRequest, CreateApproverResponse, ErrorCode,
@@ -83,7 +83,7 @@ pub async fn create_approver(
             "the user is not in the policy's entities.json",
         ));
     }
-    let key = new_secret(APPROVER_KEY_PREFIX);
+    let key = ApproverKey::generate();
     let record = ApproverRecord {
         id: new_id(),
         name: req.name.clone(),
@@ -96,7 +96,7 @@ pub async fn create_approver(
     audit.user = Some(req.user.clone());
     audit.detail = Some(format!("approver={} id={}", record.name, record.id));
     let response = CreateApproverResponse {
-        id: record.id.clone(),
+        id: record.id.clone().into(),
         name: record.name.clone(),
         user: record.user_name.clone(),
         key: key.expose_secret().to_owned(),
@@ -106,7 +106,7 @@ pub async fn create_approver(
         .writer()
         .submit(CreateApprover {
             record,
-            key_hash: secret_hash(&key),
+            key_hash: key.sha256(),
             audit,
         })
         .await?;

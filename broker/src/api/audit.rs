@@ -85,8 +85,8 @@ fn into_filter(q: AuditQuery) -> Result<AuditFilter, ApiError> {
         _ => return Err(bad("order must be asc or desc")),
     };
     Ok(AuditFilter {
-        run_id: q.run,
-        capability_id: q.capability,
+        run_id: q.run.map(String::from),
+        capability_id: q.capability.map(String::from),
         user: q.user,
         event: q.event,
         decision: q.decision,

@@ -365,13 +365,13 @@ async fn sign_and_record(
         iss: app.config.issuer.clone(),
         aud: app.config.capability_audience(),
         sub: run.user.clone(),
-        jti: jti.clone(),
+        jti: jti.clone().into(),
         iat: now,
         nbf: now,
         exp: expires_at,
-        run: run.id.clone(),
+        run: run.id.clone().into(),
         task: run.task_id.clone(),
-        rt: run.runtime_id.clone(),
+        rt: run.runtime_id.clone().into(),
         act: req.action.clone(),
         res: req.resource.clone(),
         uses,
@@ -439,7 +439,7 @@ async fn sign_and_record(
     app.held.insert(jti.clone(), (held, run.clone()));
     Ok(Issued {
         response: CapabilityResponse {
-            capability_id: jti,
+            capability_id: jti.into(),
             token,
             expires_at: rfc3339(expires_at),
             uses,
@@ -504,7 +504,7 @@ pub async fn revoke(
         .ok_or_else(|| ApiError::not_found("capability"))?;
     app.revocation_wakeup.notify_one();
     Ok(Json(RevokeCapabilityResponse {
-        capability_id: id,
+        capability_id: id.into(),
         revoked,
     }))
 }
@@ -582,7 +582,7 @@ pub async fn renew(
         renewed: renewed
             .into_iter()
             .map(|(capability_id, at)| RenewedHold {
-                capability_id,
+                capability_id: capability_id.into(),
                 lapses_at: rfc3339(at),
             })
             .collect(),

@@ -104,8 +104,8 @@ pub async fn exchange(
         format!("run:{}", claims.run),
         "allow",
     );
-    audit.run_id = Some(claims.run.clone());
-    audit.capability_id = Some(claims.jti.clone());
+    audit.run_id = Some(claims.run.clone().into());
+    audit.capability_id = Some(claims.jti.clone().into());
     audit.user = Some(claims.sub.clone());
     audit.task_id = Some(claims.task.clone());
     audit.action = Some(claims.act.clone());
@@ -156,8 +156,8 @@ pub async fn exchange(
     audit.detail = Some(format!("lease={lease_id} backend={backend_name}"));
     let lease = LeaseRecord {
         id: lease_id.clone(),
-        capability_id: claims.jti.clone(),
-        run_id: claims.run.clone(),
+        capability_id: claims.jti.clone().into(),
+        run_id: claims.run.clone().into(),
         backend: backend_name.to_owned(),
         kind: backend.kind().to_owned(),
         expires_at: claims.exp,
@@ -209,7 +209,7 @@ pub async fn exchange(
             app.metrics.exchange("ok");
             Ok(Json(ExchangeResponse {
                 kind: backend.credential_kind().to_owned(),
-                lease_id,
+                lease_id: lease_id.into(),
                 expires_at: rfc3339(issued.expires_at.min(claims.exp)),
                 uses_left,
                 args: claims.args.clone(),
@@ -257,7 +257,7 @@ async fn reauthorize(
         None => match capabilities::held(&app.store, &claims.jti).await? {
             Some((held, run)) => {
                 let entry = (Arc::new(held), Arc::new(run));
-                app.held.insert(claims.jti.clone(), entry.clone());
+                app.held.insert(claims.jti.clone().into(), entry.clone());
                 entry
             }
             None => return Ok(None),

@@ -2,15 +2,13 @@
 //! bearer caller (runtime, run, admin).
 //!
 //! Every credential arrives as `Authorization: Bearer …`. Its prefix says which
-//! kind it claims to be; its shape is checked before it is hashed, and only the
-//! SHA-256 is looked up. A wrong or unknown credential is a 401 that does not say
-//! which part was wrong.
+//! kind it claims to be; it is parsed as that kind of [`crate::secret`] (its
+//! shape checked) before it is hashed, and only the SHA-256 is looked up. A
+//! wrong or unknown credential is a 401 that does not say which part was wrong.
 
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::ids::{
-    has_secret_shape, sha256_hex, ADMIN_TOKEN_PREFIX, APPROVER_KEY_PREFIX, RUNTIME_KEY_PREFIX,
-};
+use crate::secret::{kind, AdminToken, ApproverKey, Kind, Secret};
 use crate::store::approvers::{self, ApproverRecord};
 use crate::store::runs::RunRecord;
 use crate::store::runtimes::{self, RuntimeRecord};
@@ -119,6 +117,14 @@ fn invalid_credential() -> ApiError {
     ApiError::unauthenticated("invalid or unknown credential")
 }
 
+/// The hash to look `token` up by, if it is a well-formed secret of kind `K`:
+/// the one way a presented credential becomes a lookup key.
+fn hash_of<K: Kind>(token: &str) -> Result<String, ApiError> {
+    Secret::<K>::parse(token)
+        .map(|secret| secret.sha256())
+        .map_err(|_| invalid_credential())
+}
+
 async fn runtime_from(
     app: &AppState,
     parts: &Parts,
@@ -141,10 +147,8 @@ async fn runtime_from(
             "runtime credentials are accepted only with a verified TLS client certificate",
         ));
     }
-    if !has_secret_shape(token, RUNTIME_KEY_PREFIX) {
-        return Err(invalid_credential());
-    }
-    let runtime = runtimes::find_by_key_hash(&app.store, &sha256_hex(token.as_bytes()))
+    let hash = hash_of::<kind::RuntimeKey>(token)?;
+    let runtime = runtimes::find_by_key_hash(&app.store, &hash)
         .await?
         .ok_or_else(invalid_credential)?;
     if let Some(pinned) = &runtime.client_cert_sha256 {
@@ -164,8 +168,8 @@ fn is_admin(app: &AppState, token: &str) -> bool {
     let Some(expected) = &app.admin_token_hash else {
         return false;
     };
-    has_secret_shape(token, ADMIN_TOKEN_PREFIX)
-        && constant_time_eq(sha256_hex(token.as_bytes()).as_bytes(), expected.as_bytes())
+    hash_of::<kind::AdminToken>(token)
+        .is_ok_and(|hash| constant_time_eq(hash.as_bytes(), expected.as_bytes()))
 }
 
 /// Compares two digests without an early exit.
@@ -246,7 +250,7 @@ impl FromRequestParts<AppState> for RuntimeOrAdmin {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
         let token = bearer(parts)?;
-        if token.starts_with(ADMIN_TOKEN_PREFIX) {
+        if token.starts_with(AdminToken::PREFIX) {
             return if is_admin(app, token) {
                 Ok(RuntimeOrAdmin::Admin)
             } else {
@@ -269,7 +273,7 @@ impl FromRequestParts<AppState> for RunOrAdmin {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
         let token = bearer(parts)?;
-        if token.starts_with(ADMIN_TOKEN_PREFIX) {
+        if token.starts_with(AdminToken::PREFIX) {
             return if is_admin(app, token) {
                 Ok(RunOrAdmin::Admin)
             } else {
@@ -285,10 +289,8 @@ impl FromRequestParts<AppState> for RunOrAdmin {
 pub struct ApproverCaller(pub Arc<ApproverRecord>);
 
 async fn approver_from(app: &AppState, token: &str) -> Result<Arc<ApproverRecord>, ApiError> {
-    if !has_secret_shape(token, APPROVER_KEY_PREFIX) {
-        return Err(invalid_credential());
-    }
-    let approver = approvers::find_by_key_hash(&app.store, &sha256_hex(token.as_bytes()))
+    let hash = hash_of::<kind::ApproverKey>(token)?;
+    let approver = approvers::find_by_key_hash(&app.store, &hash)
         .await?
         .ok_or_else(invalid_credential)?;
     Ok(Arc::new(approver))
@@ -312,7 +314,7 @@ impl FromRequestParts<AppState> for RunOrApprover {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
         let token = bearer(parts)?;
-        if token.starts_with(APPROVER_KEY_PREFIX) {
+        if token.starts_with(ApproverKey::PREFIX) {
             return Ok(RunOrApprover::Approver(approver_from(app, token).await?));
         }
         Ok(RunOrApprover::Run(run_from(app, token).await?))

@@ -22,7 +22,7 @@
 use axum::http::StatusCode;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
-use tessera_client::types::{ErrorBody, ErrorCode, ErrorDetail};
+use tessera_client::types::{ErrorBody, ErrorCode, ErrorDetail, Id};
 use utoipa::openapi::content::ContentBuilder;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::response::{Response, ResponseBuilder};
@@ -92,11 +92,7 @@ pub fn refusal_responses(groups: &[(u16, &[ErrorCode])]) -> BTreeMap<String, Ref
 #[into_params(parameter_in = Path)]
 pub struct IdPath {
     /// A lowercase canonical UUID. Anything else is a 404.
-    #[param(
-        format = "uuid",
-        pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-    )]
-    pub id: String,
+    pub id: Id,
 }
 
 /// `{name}` in a path: a runtime's name.
@@ -121,7 +117,7 @@ pub struct RuntimeNamePath {
         (name = "policy"), (name = "audit"), (name = "operations"), (name = "approvals"),
         (name = "gateway"), (name = "oauth"),
     ),
-    components(schemas(ErrorBody, ErrorDetail, ErrorCode)),
+    components(schemas(ErrorBody, ErrorDetail, ErrorCode, Id)),
     modifiers(&Credentials),
 )]
 struct Contract;

@@ -59,10 +59,10 @@ pub async fn pending(
         .into_iter()
         .map(|r| PendingRevocation {
             stuck: r.attempts >= STUCK_AFTER_ATTEMPTS,
-            lease_id: r.lease_id,
+            lease_id: r.lease_id.into(),
             backend: r.backend,
             downstream_ref: r.downstream_ref,
-            run_id: r.run_id,
+            run_id: r.run_id.into(),
             reason: r.reason,
             queued_at: rfc3339(r.created_at),
             attempts: r.attempts,

@@ -12,16 +12,16 @@ use crate::audit::{events, AuditEvent};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 use crate::grammar::parse_duration;
-use crate::ids::{is_id, new_id, new_secret, secret_hash, RUN_TOKEN_PREFIX};
+use crate::ids::{is_id, new_id};
 use crate::names::{self, GlobList};
 use crate::policy::admit;
+use crate::secret::RunToken;
 use crate::store::capabilities::{leases_for_run, list_for_run};
 use crate::store::runs::{self, CreateRun, EndRun, RunRecord};
 use crate::store::writer::AppendAudit;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use secrecy::ExposeSecret;
 use tessera_client::types::ErrorCode;
 use tessera_client::types::RunListQuery;
 use tessera_client::types::{
@@ -111,7 +111,7 @@ pub async fn create(
         ));
     }
     let now = app.clock.now();
-    let token = new_secret(RUN_TOKEN_PREFIX);
+    let token = RunToken::generate();
     let record = RunRecord {
         id: new_id(),
         runtime_id: rt.id.clone(),
@@ -129,7 +129,7 @@ pub async fn create(
     audit.task_id = Some(record.task_id.clone());
     audit.detail = Some(format!("task={} kind={}", record.task_id, record.task_kind));
     let response = CreateRunResponse {
-        run_id: record.id.clone(),
+        run_id: record.id.clone().into(),
         run_token: token.expose_secret().to_owned(),
         expires_at: rfc3339(record.expires_at),
     };
@@ -137,7 +137,7 @@ pub async fn create(
         .writer()
         .submit(CreateRun {
             record,
-            token_hash: secret_hash(&token),
+            token_hash: token.sha256(),
             audit,
         })
         .await?;
@@ -200,14 +200,14 @@ pub async fn show(
         runs::RunState::Ended => runs::end_reason(&app.store, &run.id).await?,
     };
     Ok(Json(RunView {
-        run_id: run.id,
+        run_id: run.id.into(),
         user: run.user,
         task: Task {
             id: run.task_id,
             kind: run.task_kind,
             attributes: run.task_attributes,
         },
-        runtime_id: run.runtime_id,
+        runtime_id: run.runtime_id.into(),
         labels: run.labels,
         created_at: rfc3339(run.created_at),
         expires_at: rfc3339(run.expires_at),
@@ -229,7 +229,7 @@ pub async fn show(
                     "active"
                 };
                 CapabilitySummary {
-                    capability_id: c.id,
+                    capability_id: c.id.into(),
                     action: c.action,
                     resource: c.resource,
                     issued_at: rfc3339(c.issued_at),
@@ -244,8 +244,8 @@ pub async fn show(
         leases: leases
             .into_iter()
             .map(|l| LeaseSummary {
-                lease_id: l.id,
-                capability_id: l.capability_id,
+                lease_id: l.id.into(),
+                capability_id: l.capability_id.into(),
                 backend: l.backend,
                 kind: l.kind,
                 created_at: rfc3339(l.created_at),
@@ -308,7 +308,7 @@ pub async fn end(
     app.injection.forget(&id);
     app.revocation_wakeup.notify_one();
     Ok(Json(EndRunResponse {
-        run_id: id,
+        run_id: id.into(),
         revoked: counts,
     }))
 }
@@ -410,7 +410,7 @@ pub async fn list(
             runtime_name: p.runtime,
             user: p.user,
             open,
-            after_id: p.after,
+            after_id: p.after.map(String::from),
             limit,
         },
     )
@@ -423,7 +423,7 @@ pub async fn list(
         .into_iter()
         .map(|r| RunSummary {
             state: r.state(now).as_str().to_owned(),
-            run_id: r.id,
+            run_id: r.id.into(),
             user: r.user,
             task: Task {
                 id: r.task_id,

@@ -109,7 +109,7 @@ pub async fn run(cmd: ApprovalsCommand) -> anyhow::Result<()> {
             let (c, as_approver) = client(&who)?;
             let query = ApprovalListQuery {
                 status,
-                run_id: run,
+                run_id: run.map(Into::into),
                 limit: None,
             };
             let v = c.approvals(&query, as_approver).await.map_err(said)?;

@@ -122,7 +122,7 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
             remote,
         } => {
             let filters = AuditQuery {
-                run,
+                run: run.map(Into::into),
                 user,
                 event,
                 ..AuditQuery::default()
@@ -156,7 +156,7 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
                 until: until
                     .map(|u| time_arg("--until", &u, now_ms).map(rfc3339_ms))
                     .transpose()?,
-                run,
+                run: run.map(Into::into),
                 ..AuditQuery::default()
             };
             export(&remote, filters).await

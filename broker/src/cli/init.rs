@@ -9,10 +9,9 @@
 
 use super::remote::print_json;
 use super::saved_token::create_private_dir;
-use crate::ids::{new_secret, ADMIN_TOKEN_PREFIX};
+use crate::secret::AdminToken;
 use anyhow::bail;
 use clap::Args;
-use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -53,7 +52,7 @@ fn init(dir: &Path, json: bool) -> anyhow::Result<()> {
     create_private_dir(dir, 0o022)?;
     let (_, kek_text) = crate::keys::Kek::generate();
     crate::private_fs::write_new(&kek_file, &kek_text)?;
-    let token = new_secret(ADMIN_TOKEN_PREFIX);
+    let token = AdminToken::generate();
     if let Err(e) = crate::private_fs::write_new(&token_file, token.expose_secret()) {
         let _ = std::fs::remove_file(&kek_file);
         return Err(e);

@@ -13,7 +13,7 @@
 
 use super::remote::{admin_with, print_json, said, Remote};
 use super::saved_token::{save_token, saved_token_file};
-use crate::ids::ADMIN_TOKEN_PREFIX;
+use crate::secret::AdminToken;
 use anyhow::{bail, Context};
 use clap::Args;
 use std::io::{BufRead, Write};
@@ -27,18 +27,20 @@ pub struct LoginArgs {
 /// `tessera login`: the token from standard input, checked, then saved.
 pub async fn run(args: LoginArgs) -> anyhow::Result<()> {
     let remote = args.remote;
-    let token = read_token_from_stdin()?;
-    if !crate::ids::has_secret_shape(token.as_str(), ADMIN_TOKEN_PREFIX) {
-        bail!("that is not an admin token (they start with {ADMIN_TOKEN_PREFIX})");
-    }
+    let Ok(token) = AdminToken::parse(&read_token_from_stdin()?) else {
+        bail!(
+            "that is not an admin token (they start with {})",
+            AdminToken::PREFIX
+        );
+    };
     let path =
         saved_token_file().context("cannot tell where to save it: set HOME or XDG_CONFIG_HOME")?;
     // Checked before it is saved: a typo must not replace a working token.
-    admin_with(&remote, secrecy::SecretString::from(token.as_str()))?
+    admin_with(&remote, token.clone().into())?
         .keys()
         .await
         .map_err(said)?;
-    save_token(&path, &token)?;
+    save_token(&path, token.expose_secret())?;
     if remote.json {
         print_json(&serde_json::json!({ "saved": path }));
     } else {

@@ -66,7 +66,7 @@ pub async fn run(command: RunsCommand) -> anyhow::Result<()> {
                 runtime,
                 user,
                 state: Some(state),
-                after,
+                after: after.map(Into::into),
                 limit: Some(limit),
             };
             let v = admin(&remote)?.runs(&query).await.map_err(said)?;

@@ -339,7 +339,7 @@ impl Gateway {
                         p.approval_id
                     ),
                 );
-                r.approval_id = Some(p.approval_id);
+                r.approval_id = Some(p.approval_id.into());
                 r
             }
             Refused::Approval(a) => {

@@ -179,7 +179,7 @@ pub fn pending(record: &ApprovalRecord, now: i64) -> ApprovalPending {
         expires_at: rfc3339(record.expires_at),
         approvers: rules(&record.approvers),
         args: record.args_hash.clone(),
-        approval_id: record.id.clone(),
+        approval_id: record.id.clone().into(),
     }
 }
 

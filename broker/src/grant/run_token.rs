@@ -1,10 +1,11 @@
 //! Who is asking, at every door a run comes through: its run token (in
 //! `Authorization`, an OAuth `subject_token` or the gateway's
-//! `Proxy-Authorization`) names its run. The shape is checked before the
-//! token is hashed, and only the SHA-256 is looked up (cached in memory).
+//! `Proxy-Authorization`) names its run. It is parsed as a
+//! [`RunToken`] (its shape checked) before it is hashed, and only the SHA-256
+//! is looked up (cached in memory).
 
 use crate::app::App;
-use crate::ids::{has_secret_shape, sha256_hex, RUN_TOKEN_PREFIX};
+use crate::secret::RunToken;
 use crate::store::runs::{self, RunRecord};
 use crate::store::StoreError;
 use std::sync::Arc;
@@ -18,10 +19,9 @@ pub enum RunTokenError {
 
 /// The run `token` names.
 pub async fn run_from(app: &App, token: &str) -> Result<Arc<RunRecord>, RunTokenError> {
-    if !has_secret_shape(token, RUN_TOKEN_PREFIX) {
-        return Err(RunTokenError::Invalid);
-    }
-    let hash = sha256_hex(token.as_bytes());
+    let hash = RunToken::parse(token)
+        .map_err(|_| RunTokenError::Invalid)?
+        .sha256();
     if let Some(run) = app.runs.get(&hash) {
         return Ok(run);
     }

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tessera_broker::boot::{Broker, Jobs};
 use tessera_broker::config::{Config, Overrides};
-use tessera_broker::ids::{new_secret, ADMIN_TOKEN_PREFIX};
+use tessera_broker::secret::AdminToken;
 
 fn client(pki: &Pki, addr: SocketAddr, identity: Option<&(String, String)>) -> reqwest::Client {
     let mut roots = rustls::RootCertStore::empty();
@@ -68,12 +68,9 @@ async fn tls_with_mtls_for_runtimes() {
     };
     let config = Config::from_toml(&toml, &overrides, &env).unwrap();
     // The dev broker's admin token where it reads it; its KEK it makes.
-    let admin = new_secret(ADMIN_TOKEN_PREFIX);
-    tessera_broker::private_fs::write_new(
-        &dir.0.join("admin.token"),
-        secrecy::ExposeSecret::expose_secret(&admin),
-    )
-    .unwrap();
+    let admin = AdminToken::generate();
+    tessera_broker::private_fs::write_new(&dir.0.join("admin.token"), admin.expose_secret())
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let broker = Broker::build_on(config, listener).await.unwrap();
@@ -98,7 +95,7 @@ async fn tls_with_mtls_for_runtimes() {
     );
     let created: Value = anonymous
         .post(url("/v1/admin/runtimes"))
-        .bearer_auth(secrecy::ExposeSecret::expose_secret(&admin))
+        .bearer_auth(admin.expose_secret())
         .json(&json!({ "name": "rt" }))
         .send()
         .await
@@ -157,7 +154,7 @@ async fn tls_with_mtls_for_runtimes() {
     let pin = tessera_broker::ids::sha256_hex(pem.as_ref());
     let pinned: Value = anonymous
         .post(url("/v1/admin/runtimes"))
-        .bearer_auth(secrecy::ExposeSecret::expose_secret(&admin))
+        .bearer_auth(admin.expose_secret())
         .json(&json!({ "name": "pinned", "client_cert_sha256": pin }))
         .send()
         .await

@@ -129,12 +129,12 @@ async fn broker_signed_but_misdirected_tokens_are_rejected(app: TestApp) {
     assert_rejected(&app, &key, &sign(&good, "JWT")).await;
     // A well-signed token whose jti was never recorded is not a capability.
     let mut unrecorded = good.clone();
-    unrecorded.jti = tessera_broker::ids::new_id();
+    unrecorded.jti = tessera_broker::ids::new_id().into();
     assert_rejected(&app, &key, &sign(&unrecorded, CAPABILITY_TYP)).await;
     // Same jti, but claiming another run.
     let (_r2, _t2) = app.start_run(&key, "alice", "summarize").await;
     let mut other_run = good.clone();
-    other_run.run = _r2;
+    other_run.run = _r2.into();
     assert_rejected(&app, &key, &sign(&other_run, CAPABILITY_TYP)).await;
     assert_eq!(app.count("leases").await, 0);
 }

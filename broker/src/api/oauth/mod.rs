@@ -42,7 +42,7 @@ pub(crate) fn access_token_claims(
         iss: issuer.to_owned(),
         aud: audience.to_owned(),
         sub: c.sub.clone(),
-        jti: c.jti.clone(),
+        jti: c.jti.clone().into(),
         iat: c.iat,
         nbf: c.nbf,
         exp: c.exp,
@@ -51,7 +51,7 @@ pub(crate) fn access_token_claims(
         act: Actor {
             sub: format!("run:{}", c.run),
         },
-        run: c.run.clone(),
+        run: c.run.clone().into(),
         task: c.task.clone(),
         cnf: c
             .cnf

@@ -159,7 +159,7 @@ async fn exchange(
         ttl: None,
         hold: None,
         slot: None,
-        approval_id: get("approval_id").map(str::to_owned),
+        approval_id: get("approval_id").map(Into::into),
         arguments: None,
     };
     let grant = Grant {
@@ -182,7 +182,7 @@ async fn exchange(
             Ok((StatusCode::OK, no_store(), Json(body)).into_response())
         }
         Ok(Outcome::Pending(p)) => Err(OAuthFailure {
-            approval_id: Some(p.approval_id),
+            approval_id: Some(p.approval_id.into()),
             ..OAuthFailure::new(
                 "authorization_pending",
                 ErrorCode::ApprovalPending,

@@ -40,7 +40,7 @@ impl Backend for TokenBackend {
                 iss: self.issuer.clone(),
                 aud: self.audience.clone(),
                 sub: c.sub.clone(),
-                jti: grant.lease_id.to_owned(),
+                jti: grant.lease_id.into(),
                 iat: grant.now,
                 nbf: grant.now,
                 exp: c.exp,

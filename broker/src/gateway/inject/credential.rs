@@ -125,7 +125,7 @@ pub async fn inject(
                 iss: gw.app.config.issuer.clone(),
                 aud: token.audience.clone(),
                 sub: run.user.clone(),
-                jti: id.clone(),
+                jti: id.clone().into(),
                 iat: now,
                 nbf: now,
                 exp: (now + TOKEN_SECS).min(run.expires_at),
@@ -135,7 +135,7 @@ pub async fn inject(
                 act: Actor {
                     sub: format!("run:{}", run.id),
                 },
-                cap: id,
+                cap: id.into(),
                 args: None,
             };
             let keys = gw.app.keys.snapshot();

@@ -6,7 +6,6 @@
 //! fail, they never skip. `TESSERA_TEST_PG_URL` overrides the server URL.
 
 use reqwest::{Response, StatusCode};
-use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor};
 use std::net::SocketAddr;
@@ -14,9 +13,9 @@ use std::path::PathBuf;
 use tessera_broker::app::AppState;
 use tessera_broker::boot::{Broker, Jobs};
 use tessera_broker::config::{Config, Overrides};
-use tessera_broker::ids::{new_secret, ADMIN_TOKEN_PREFIX};
 use tessera_broker::keys::Kek;
 use tessera_broker::policy::PolicyEngine;
+use tessera_broker::secret::AdminToken;
 use tessera_client::types::{
     AuditPage, CapabilityResponse, CreateRunResponse, CreateRuntimeRequest, CreateRuntimeResponse,
     ExchangeRequest, ExchangeResponse, IntrospectResponse,
@@ -282,7 +281,7 @@ impl TestAppBuilder {
             Db::Postgres => fresh_pg_schema(&self.pg_server.unwrap_or_else(pg_url)).await,
         };
         let (_, kek) = Kek::generate();
-        let admin = new_secret(ADMIN_TOKEN_PREFIX);
+        let admin = AdminToken::generate();
         TestApp::launch(
             dir,
             store_url,
@@ -528,7 +527,7 @@ impl TestApp {
         assert_eq!(resp.status(), StatusCode::CREATED);
         let v: Value = resp.json().await.expect("json");
         let run = wire::<CreateRunResponse>(&v);
-        (run.run_id, run.run_token)
+        (run.run_id.into(), run.run_token)
     }
 
     /// A runtime "rt" for everyone and a run for `user`.
