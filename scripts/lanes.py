@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the test suite's lanes side by side, each as soon as what it needs is built.
 
-Usage: scripts/lanes.py TIER LOG_DIR -- CARGO_ARGS...   (scripts/test.sh calls it)
+Usage: scripts/lanes.py TIER LOG_DIR TOOLS_COMMAND -- CARGO_ARGS...   (scripts/test.sh calls it)
 
 Why: the suite mostly waits (on brokers starting, databases, revocation
 deadlines) while the compiler mostly computes, so a lane starts the moment
@@ -12,6 +12,12 @@ package's folder): cargo holds the build directory's lock while its own tests
 run, so lanes of `cargo test` would take turns. Each lane's output is kept
 whole in its own log and printed when the lane ends; every lane runs whatever
 another's outcome, and the suite fails if any lane failed.
+
+The test tools (moto, PostgreSQL 17, schemathesis, the console's and the
+Python SDK's environments) are installed by TOOLS_COMMAND while cargo
+compiles: the lanes that use them ("tools") wait for it. With
+TESSERA_TEST_CLIPPY=1 (CI), `cargo clippy --all-targets -D warnings` is a lane
+too, once the build is done: its compile overlaps the tests' waiting.
 """
 
 import json
@@ -20,7 +26,7 @@ import subprocess
 import sys
 import time
 
-TIER, LOGS = sys.argv[1], sys.argv[2]
+TIER, LOGS, TOOLS = sys.argv[1], sys.argv[2], sys.argv[3]
 CARGO_ARGS = sys.argv[sys.argv.index("--") + 1 :]
 TARGET = os.environ.get("CARGO_TARGET_DIR", "target")
 BIN = os.path.join(TARGET, "debug", "tessera")
@@ -29,8 +35,8 @@ BIN = os.path.join(TARGET, "debug", "tessera")
 # for the tessera binary, "all" for the whole build), and its steps. A step is
 # ("test", "KIND:NAME", args) — a test binary — or a command.
 FULL = [
-    ("api", ["test:api"], [("test", "test:api", [])]),
-    ("clusters", ["test:clusters"], [("test", "test:clusters", [])]),
+    ("api", ["test:api", "tools"], [("test", "test:api", [])]),
+    ("clusters", ["test:clusters", "tools"], [("test", "test:clusters", [])]),
     (
         "unit",
         ["lib:tessera_broker", "bin:tessera", "lib:tessera_client"],
@@ -53,10 +59,18 @@ FULL = [
         ],
     ),
     ("policies", ["bin"], [[BIN, "policy", "check", "policy"], [BIN, "policy", "test", "policy"]]),
-    ("schemathesis", ["bin"], [["scripts/schemathesis.sh", "run", BIN]]),
-    ("console", ["bin"], [["scripts/console-test.sh", "run", BIN]]),
-    ("python", ["bin"], [["scripts/python.sh", "run", BIN]]),
+    ("schemathesis", ["bin", "tools"], [["scripts/schemathesis.sh", "run", BIN]]),
+    ("console", ["bin", "tools"], [["scripts/console-test.sh", "run", BIN]]),
+    ("python", ["bin", "tools"], [["scripts/python.sh", "run", BIN]]),
 ]
+if os.environ.get("TESSERA_TEST_CLIPPY") == "1":
+    FULL.append(
+        (
+            "clippy",
+            ["all"],
+            [["cargo", "clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]],
+        )
+    )
 FAST = [
     ("unit", ["lib:tessera_broker"], [("test", "lib:tessera_broker", [])]),
     ("bin", ["bin:tessera"], [("test", "bin:tessera", [])]),
@@ -125,7 +139,28 @@ def reap():
             report(name, rc)
 
 
-print("== building the tests", flush=True)
+print("== building the tests (and installing the test tools meanwhile)", flush=True)
+tools_log = open(os.path.join(LOGS, "tools.log"), "w")
+tools = subprocess.Popen(["bash", "-c", TOOLS], stdout=tools_log, stderr=subprocess.STDOUT)
+
+
+def check_tools():
+    """Marks the tools ready once their install ended well; fails the suite if not."""
+    if "tools" in built or tools.poll() is None:
+        return
+    tools_log.close()
+    with open(os.path.join(LOGS, "tools.log")) as f:
+        sys.stdout.write(f.read())
+    if tools.returncode != 0:
+        print("== installing the test tools failed", file=sys.stderr, flush=True)
+        for proc, _, _ in running.values():
+            proc.terminate()
+        cargo.terminate()
+        sys.exit(1)
+    built["tools"] = None
+    print(f"== test tools installed at {time.monotonic() - started_at:.0f}s", flush=True)
+
+
 cargo = subprocess.Popen(
     ["cargo", "test", "--locked", *CARGO_ARGS, "--no-run", "--message-format=json-render-diagnostics"],
     stdout=subprocess.PIPE,
@@ -144,6 +179,7 @@ for line in cargo.stdout:
         built[f"{t['kind'][0]}:{t['name']}"] = (pkg, m["executable"])
     elif t["name"] == "tessera" and "bin" in t["kind"]:
         built["bin"] = (pkg, m["executable"])
+    check_tools()
     start_ready(build_done=False)
     reap()
 if cargo.wait() != 0:
@@ -152,13 +188,16 @@ if cargo.wait() != 0:
         proc.terminate()
     sys.exit(1)
 print(f"== built in {time.monotonic() - started_at:.0f}s", flush=True)
-start_ready(build_done=True)
-if pending:
-    print(f"== lanes whose binaries were not built: {[l[0] for l in pending]}", file=sys.stderr)
-    sys.exit(1)
-while running:
+while pending or running:
+    check_tools()
+    start_ready(build_done=True)
+    if pending and "tools" in built:
+        break  # everything is built and installed: what is left never starts
     reap()
     time.sleep(0.2)
+if pending:
+    print(f"== lanes that could not start: {[l[0] for l in pending]}", file=sys.stderr)
+    sys.exit(1)
 if failed:
     print(f"== failed lanes: {' '.join(failed)} (logs in {LOGS})", file=sys.stderr)
     sys.exit(1)

@@ -38,18 +38,16 @@ logs=$(mktemp -d "${TMPDIR:-/tmp}/tessera-test.XXXXXX")
 started=$SECONDS
 
 scripts/services.sh
+# Fetched while cargo compiles (scripts/lanes.py); the lanes that use them wait.
+tools=true
 if [ "$tier" = full ]; then
-  scripts/moto.sh install
-  scripts/postgres.sh install
-  scripts/schemathesis.sh install
-  scripts/console-test.sh install
-  scripts/python.sh install
+  tools="scripts/moto.sh install && scripts/postgres.sh install && scripts/schemathesis.sh install && scripts/console-test.sh install && scripts/python.sh install"
 fi
 
 targets=(--workspace)
 [ "$tier" = fast ] && targets=(-p tessera-broker --lib --bins --test api --test cli)
 status=0
-python3 scripts/lanes.py "$tier" "$logs" -- "${targets[@]}" || status=$?
+python3 scripts/lanes.py "$tier" "$logs" "$tools" -- "${targets[@]}" || status=$?
 echo "== scripts/test.sh${1:+ $1}: $((SECONDS - started))s"
 [ "$status" = 0 ] && rm -rf "$logs"
 exit "$status"
