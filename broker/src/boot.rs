@@ -1,11 +1,13 @@
 //! The boot sequence of a serving broker, as a library function: what
 //! `tessera serve` calls once it has its configuration and logging.
 //!
-//! Order: open-file limit → data directory and store file (0600) → KEK →
-//! policy (an invalid policy stops the start with file:line:col) → admin
-//! token → store, keys, backends (`App::build`) → background jobs → listen →
-//! serve until `shutdown` → stop the jobs (claimed work finished or handed
-//! back, a final checkpoint). In `--dev` everything missing is generated in the
+//! Order, [`Broker::build`]: open-file limit → data directory and store file
+//! (0600) → KEK → policy (an invalid policy stops the start with
+//! file:line:col) → admin token → store, keys, backends (`App::build`) → the
+//! published policy version → the API's and the gateway's listeners; then
+//! [`Broker::run_until_stopped`]: background jobs → serve until `shutdown` →
+//! stop the jobs (claimed work finished or handed back, a final checkpoint).
+//! The tests start the broker through the same two. In `--dev` everything missing is generated in the
 //! data directory (`tessera-dev/` by default): the SQLite file, the KEK, the
 //! admin token file (or `TESSERA_ADMIN_TOKEN_FILE` when that file does not
 //! exist yet) and, when there is no policy folder, the example policy.
