@@ -39,12 +39,10 @@ BIN = os.path.join(TARGET, "debug", "tessera")
 # Niceness: the private clusters' lane is the longest (ten thousand users
 # issued and removed on PostgreSQL 17) and mostly one PostgreSQL backend's
 # CPU, so it runs at the default priority and everything else (the build,
-# the other lanes) well below it (nice 10: about a tenth of its share each),
-# clippy lower still: the other lanes have minutes to spare, it has none.
-# (Niceness weighs processes of one session against each other; the suite's
-# are all of scripts/test.sh's session.)
-NICE = {"clusters": 0, "clippy": 15}
-DEFAULT_NICE = 10
+# the other lanes) a step below it, clippy two: the other lanes have minutes
+# to spare, it has none.
+NICE = {"clusters": 0, "clippy": 10}
+DEFAULT_NICE = 5
 FULL = [
     ("api", ["test:api", "tools"], [("test", "test:api", [])]),
     ("clusters", ["test:clusters", "tools"], [("test", "test:clusters", [])]),
