@@ -124,19 +124,34 @@ impl<K: Kind> Secret<K> {
     /// stray trailing bits). Anything else is a [`ShapeError`], before any
     /// hashing or lookup.
     pub fn parse(text: &str) -> Result<Self, ShapeError> {
-        let well_formed = text
-            .strip_prefix(K::PREFIX)
-            .is_some_and(|rest| rest.len() == ENCODED_LEN && URL_SAFE_NO_PAD.decode(rest).is_ok());
-        if !well_formed {
-            return Err(ShapeError {
-                kind: K::NAME,
-                prefix: K::PREFIX,
-            });
-        }
+        Self::check_shape(text)?;
         Ok(Secret {
             text: SecretString::from(text),
             kind: PhantomData,
         })
+    }
+
+    /// The hash a door looks up for presented `text`, once its shape is
+    /// checked ([`Secret::parse`] then [`Secret::sha256`], without copying
+    /// the text into a secret only to drop it: every authenticated request
+    /// takes this path).
+    pub fn sha256_of_presented(text: &str) -> Result<String, ShapeError> {
+        Self::check_shape(text)?;
+        Ok(sha256_hex(text.as_bytes()))
+    }
+
+    fn check_shape(text: &str) -> Result<(), ShapeError> {
+        let well_formed = text
+            .strip_prefix(K::PREFIX)
+            .is_some_and(|rest| rest.len() == ENCODED_LEN && URL_SAFE_NO_PAD.decode(rest).is_ok());
+        if well_formed {
+            Ok(())
+        } else {
+            Err(ShapeError {
+                kind: K::NAME,
+                prefix: K::PREFIX,
+            })
+        }
     }
 
     /// Lowercase hex SHA-256 of the text: what the store keeps and looks up
@@ -192,6 +207,28 @@ mod tests {
         token
             .strip_prefix(prefix)
             .is_some_and(|rest| rest.len() == 43 && URL_SAFE_NO_PAD.decode(rest).is_ok())
+    }
+
+    /// A presented secret's hash is its parsed secret's hash; a malformed
+    /// one is refused the same way.
+    #[test]
+    fn the_hash_of_presented_text_is_the_parsed_secrets() {
+        let token = RunToken::generate();
+        assert_eq!(
+            RunToken::sha256_of_presented(token.expose_secret()).unwrap(),
+            token.sha256()
+        );
+        for bad in [
+            "",
+            "tsr_run_",
+            "tsr_rt_x",
+            &format!("{}!", token.expose_secret()),
+        ] {
+            assert_eq!(
+                RunToken::sha256_of_presented(bad).unwrap_err(),
+                RunToken::parse(bad).map(|_| ()).unwrap_err()
+            );
+        }
     }
 
     /// The prefixes are the ones every issued secret carries.

@@ -120,9 +120,7 @@ fn invalid_credential() -> ApiError {
 /// The hash to look `token` up by, if it is a well-formed secret of kind `K`:
 /// the one way a presented credential becomes a lookup key.
 fn hash_of<K: Kind>(token: &str) -> Result<String, ApiError> {
-    Secret::<K>::parse(token)
-        .map(|secret| secret.sha256())
-        .map_err(|_| invalid_credential())
+    Secret::<K>::sha256_of_presented(token).map_err(|_| invalid_credential())
 }
 
 async fn runtime_from(

@@ -19,9 +19,7 @@ pub enum RunTokenError {
 
 /// The run `token` names.
 pub async fn run_from(app: &App, token: &str) -> Result<Arc<RunRecord>, RunTokenError> {
-    let hash = RunToken::parse(token)
-        .map_err(|_| RunTokenError::Invalid)?
-        .sha256();
+    let hash = RunToken::sha256_of_presented(token).map_err(|_| RunTokenError::Invalid)?;
     if let Some(run) = app.runs.get(&hash) {
         return Ok(run);
     }
